@@ -1,0 +1,19 @@
+# Two entry points for a fresh machine (see README):
+#   make repro   set up the cached venv, then run the whole DVC pipeline on the demo corpus
+#   make test    set up the cached venv, then run the test suite
+SHELL := /bin/bash
+VENV_BIN := $(CURDIR)/.venv/bin
+export PATH := $(VENV_BIN):$(PATH)
+
+.PHONY: setup repro test bench
+setup:
+	@bash scripts/setup.sh
+
+repro: setup
+	dvc repro
+
+test: setup
+	python -m pytest
+
+bench: setup
+	python benchmarks/prepare_throughput.py

@@ -1,0 +1,198 @@
+"""Write the synthetic demo corpus for one language pair in the exact MuST-C v1 layout.
+
+    <out_dir>/en-xx/data/<split>/wav/ted_<n>.wav      16 kHz mono PCM16, one "talk" per file
+    <out_dir>/en-xx/data/<split>/txt/<split>.yaml     one entry per segment (offset, duration, ...)
+    <out_dir>/en-xx/data/<split>/txt/<split>.en       English transcript, one segment per line
+    <out_dir>/en-xx/data/<split>/txt/<split>.xx       translation, aligned with the yaml
+
+Text comes from :mod:`lib.corpus.grammar`, speech from eSpeak NG (:mod:`lib.corpus.speech`).
+A talk has one speaker (an eSpeak voice with its own rate and pitch) and holds
+``segments_per_talk`` sentences separated by random pauses, over faint Gaussian noise, so a
+reader must cut segments by the yaml offsets exactly as for real TED talks. Talk numbers run on
+across splits (no talk is in two splits). English sentences are unique within a pair, so no
+dev/test sentence was seen in training.
+
+Everything is driven by a seed derived from ``(seed, pair)``; the same parameters give
+byte-identical files (synthesis runs in worker processes but results are consumed in order).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import soundfile as sf
+from tqdm import tqdm
+
+from lib.corpus import grammar
+from lib.corpus.speech import DEFAULT_VOICES, Synthesizer, Voice
+from lib.io import atomic_dir
+
+SAMPLE_RATE = 16000
+SPLIT_ORDER = ("train", "dev", "tst-COMMON")
+
+
+@dataclass(frozen=True)
+class Speaker:
+    speaker_id: str
+    voice: Voice
+
+
+@dataclass(frozen=True)
+class TalkPlan:
+    split: str
+    talk_number: int
+    speaker: Speaker
+    sentences: tuple[dict[str, str], ...]
+    pauses: tuple[float, ...]  # seconds of silence before each segment, plus one trailing pause
+    noise_seed: int
+
+
+def pair_seed(seed: int, pair: str) -> int:
+    """A per-pair seed that does not depend on Python's randomised ``hash``."""
+    return (seed * 1_000_003 + zlib.crc32(pair.encode())) % (2**31)
+
+
+def make_speakers(n: int, rng: random.Random) -> list[Speaker]:
+    """``n`` speakers: eSpeak voices cycled in order, each with its own rate and pitch jitter."""
+    speakers = []
+    for i in range(n):
+        base = DEFAULT_VOICES[i % len(DEFAULT_VOICES)]
+        voice = Voice(name=base.name, rate=base.rate + rng.randint(-12, 12),
+                      pitch=min(99, max(1, base.pitch + rng.randint(-10, 10))))
+        speakers.append(Speaker(speaker_id=f"spk.{i + 1}", voice=voice))
+    return speakers
+
+
+def plan_pair(pair: str, splits: dict[str, int], seed: int, segments_per_talk: int, n_speakers: int,
+              pause_seconds: Sequence[float]) -> list[TalkPlan]:
+    """Decide every talk of one pair (text, speaker, pauses) before any audio is made."""
+    lang = pair.split("-")[1]
+    rng = random.Random(pair_seed(seed, pair))
+    speakers = make_speakers(n_speakers, rng)
+    total = sum(splits.values())
+    # Oversample, then keep unique English sentences in generation order.
+    seen: set[str] = set()
+    unique: list[dict[str, str]] = []
+    attempt = 0
+    while len(unique) < total:
+        attempt += 1
+        if attempt > 20:
+            raise ValueError(f"corpus: could not draw {total} unique sentences for {pair}; "
+                             f"the grammar yields only {len(unique)} distinct ones at this seed")
+        batch = grammar.generate_corpus(2 * total, seed=rng.randrange(2**31), langs=(lang,))
+        for s in batch:
+            if s["en"] not in seen:
+                seen.add(s["en"])
+                unique.append({"en": s["en"], lang: s[lang]})
+                if len(unique) == total:
+                    break
+    plans: list[TalkPlan] = []
+    talk_number = 0
+    cursor = 0
+    ordered = [s for s in SPLIT_ORDER if s in splits] + sorted(s for s in splits if s not in SPLIT_ORDER)
+    for split in ordered:
+        sentences = unique[cursor:cursor + splits[split]]
+        cursor += splits[split]
+        for start in range(0, len(sentences), segments_per_talk):
+            talk_number += 1
+            chunk = tuple(sentences[start:start + segments_per_talk])
+            pauses = tuple(round(rng.uniform(*pause_seconds), 3) for _ in range(len(chunk) + 1))
+            plans.append(TalkPlan(split=split, talk_number=talk_number, speaker=rng.choice(speakers),
+                                  sentences=chunk, pauses=pauses, noise_seed=rng.randrange(2**31)))
+    return plans
+
+
+_SYNTH: Synthesizer | None = None
+
+
+def _render_talk(plan: TalkPlan, noise_level: float) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Audio of one talk (int16) and each segment's (start, length) in samples."""
+    global _SYNTH
+    if _SYNTH is None:  # one eSpeak instance per process: the C library is process-global
+        _SYNTH = Synthesizer(sample_rate=SAMPLE_RATE)
+    pieces: list[np.ndarray] = []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for sentence, pause in zip(plan.sentences, plan.pauses):
+        gap = np.zeros(int(round(pause * SAMPLE_RATE)), dtype=np.float32)
+        speech = _SYNTH.synthesize(sentence["en"], plan.speaker.voice)
+        pieces += [gap, speech]
+        pos += len(gap)
+        spans.append((pos, len(speech)))
+        pos += len(speech)
+    pieces.append(np.zeros(int(round(plan.pauses[-1] * SAMPLE_RATE)), dtype=np.float32))
+    wave = np.concatenate(pieces)
+    if noise_level > 0:
+        wave = wave + noise_level * np.random.default_rng(plan.noise_seed).standard_normal(len(wave)).astype(np.float32)
+    pcm = np.clip(np.round(wave * 32767.0), -32768, 32767).astype(np.int16)
+    return pcm, spans
+
+
+def _render_star(args: tuple[TalkPlan, float]) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    return _render_talk(*args)
+
+
+def _rendered(plans: list[TalkPlan], noise_level: float, workers: int) -> Iterator[tuple[np.ndarray, list]]:
+    jobs = [(p, noise_level) for p in plans]
+    if workers <= 1:
+        yield from map(_render_star, jobs)
+        return
+    # fork is cheap (no re-import of torch); elsewhere spawn is the only safe choice.
+    with mp.get_context("fork" if sys.platform == "linux" else "spawn").Pool(workers) as pool:
+        yield from pool.imap(_render_star, jobs, chunksize=1)
+
+
+def yaml_entry(offset: float, duration: float, words: int, speaker_id: str, wav: str) -> str:
+    """One MuST-C yaml line, formatted like the real corpus (6 decimals, flow mapping)."""
+    return (f"- {{duration: {duration:.6f}, offset: {offset:.6f}, rW: {words}, uW: 0, "
+            f"speaker_id: {speaker_id}, wav: {wav}}}\n")
+
+
+def write_pair(out_dir: Path, pair: str, splits: dict[str, int], seed: int, segments_per_talk: int,
+               n_speakers: int, pause_seconds: Sequence[float], noise_level: float, workers: int = 1,
+               progress: bool = True) -> dict:
+    """Write ``<out_dir>/<pair>`` atomically; return a small summary (counts, hours)."""
+    lang = pair.split("-")[1]
+    if lang not in grammar.LANGUAGES:
+        raise ValueError(f"corpus: no demo grammar for target language {lang!r} of pair {pair!r}; "
+                         f"available: {', '.join('en-' + x for x in grammar.LANGUAGES)}")
+    plans = plan_pair(pair, splits, seed, segments_per_talk, n_speakers, pause_seconds)
+    summary: dict = {"pair": pair, "splits": {}}
+    with atomic_dir(Path(out_dir) / pair) as tmp:
+        yaml_lines: dict[str, list[str]] = {s: [] for s in splits}
+        src_lines: dict[str, list[str]] = {s: [] for s in splits}
+        tgt_lines: dict[str, list[str]] = {s: [] for s in splits}
+        audio_seconds: dict[str, float] = {s: 0.0 for s in splits}
+        bar = tqdm(total=sum(splits.values()), desc=f"corpus {pair}", unit="seg", disable=not progress)
+        for plan, (pcm, spans) in zip(plans, _rendered(plans, noise_level, workers)):
+            wav_name = f"ted_{plan.talk_number}.wav"
+            wav_dir = tmp / "data" / plan.split / "wav"
+            wav_dir.mkdir(parents=True, exist_ok=True)
+            sf.write(wav_dir / wav_name, pcm, SAMPLE_RATE, subtype="PCM_16", format="WAV")
+            for sentence, (start, length) in zip(plan.sentences, spans):
+                yaml_lines[plan.split].append(yaml_entry(start / SAMPLE_RATE, length / SAMPLE_RATE,
+                                                         len(sentence["en"].split()),
+                                                         plan.speaker.speaker_id, wav_name))
+                src_lines[plan.split].append(sentence["en"] + "\n")
+                tgt_lines[plan.split].append(sentence[lang] + "\n")
+                audio_seconds[plan.split] += length / SAMPLE_RATE
+            bar.update(len(plan.sentences))
+        bar.close()
+        for split in splits:
+            txt = tmp / "data" / split / "txt"
+            txt.mkdir(parents=True, exist_ok=True)
+            (txt / f"{split}.yaml").write_text("".join(yaml_lines[split]), encoding="utf-8")
+            (txt / f"{split}.en").write_text("".join(src_lines[split]), encoding="utf-8")
+            (txt / f"{split}.{lang}").write_text("".join(tgt_lines[split]), encoding="utf-8")
+            summary["splits"][split] = {
+                "segments": len(src_lines[split]),
+                "talks": sum(1 for p in plans if p.split == split),
+                "speech_hours": round(audio_seconds[split] / 3600, 4),
+            }
+    return summary

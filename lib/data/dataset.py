@@ -1,0 +1,171 @@
+"""Datasets over prepared manifests, length-bucketed batching by frames, and collation.
+
+A prepared pair folder (``stages/prepare.py``) holds ``<split>.tsv`` manifests whose ``audio``
+column refers into ``<split>.fbank.npy``; :class:`SpeechDataset` pairs each utterance's features
+with its target token ids (English transcript for ASR, translation for ST).
+
+Batching follows fairseq's ``--max-tokens`` for speech: utterances are sorted by length and
+packed so that ``batch_size * longest_utterance <= max_frames`` (padded size, which is what costs
+memory); the batch order is shuffled with a seed and the epoch number, so the whole data order is
+a function of ``(seed, epoch)`` and a resumed run replays it exactly.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import sentencepiece as spm
+import torch
+from torch import Tensor
+
+from lib.data.features import spec_augment, utterance_cmvn
+from lib.data.prepare import read_manifest
+from lib.data.store import read_features
+
+PAD_ID, EOS_ID, BOS_ID, UNK_ID = 1, 2, 0, 3  # fairseq's dictionary convention (lib/data/vocab.py)
+TASKS = ("asr", "st")
+
+
+@dataclass
+class SpecAugmentConfig:
+    """SpecAugment LB policy as in fairseq's MuST-C recipe (F=27, 1 freq mask, T=100, 1 time mask)."""
+
+    freq_mask_F: int = 27
+    freq_mask_N: int = 1
+    time_mask_T: int = 100
+    time_mask_N: int = 1
+    time_mask_p: float = 1.0
+
+
+@dataclass
+class Batch:
+    ids: list[str]
+    feats: Tensor  # (B, T, n_mels), zero padded
+    feat_lengths: Tensor  # (B,)
+    prev_tokens: Tensor  # (B, L) decoder input: [eos] + target[:-1], padded with PAD_ID
+    target: Tensor  # (B, L) target ids ending with eos, padded with PAD_ID
+    target_lengths: Tensor  # (B,)
+    src_texts: list[str]
+    tgt_texts: list[str]
+
+    def to(self, device: torch.device | str) -> "Batch":
+        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(self.ids, move(self.feats), move(self.feat_lengths), move(self.prev_tokens),
+                     move(self.target), move(self.target_lengths), self.src_texts, self.tgt_texts)
+
+    @property
+    def n_frames(self) -> int:
+        return int(self.feat_lengths.sum())
+
+    @property
+    def n_target_tokens(self) -> int:
+        return int(self.target_lengths.sum())
+
+
+class SpeechDataset:
+    """One split of one prepared pair for one task ("asr": English targets, "st": translations)."""
+
+    def __init__(self, prepared_dir: Path, split: str, task: str, max_frames: int | None = None,
+                 max_target_tokens: int | None = None) -> None:
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        self.prepared_dir = Path(prepared_dir)
+        manifest = self.prepared_dir / f"{split}.tsv"
+        if not manifest.is_file():
+            raise FileNotFoundError(f"{manifest}: no such manifest (run the prepare stage first)")
+        self.split, self.task = split, task
+        self.spm = spm.SentencePieceProcessor(
+            model_file=str(self.prepared_dir / ("spm_asr.model" if task == "asr" else "spm_st.model")))
+        rows = read_manifest(manifest)
+        texts = [r["src_text"] if task == "asr" else r["tgt_text"] for r in rows]
+        token_ids = self.spm.encode(texts)
+        keep = [i for i, r in enumerate(rows)
+                if (max_frames is None or int(r["n_frames"]) <= max_frames)
+                and (max_target_tokens is None or len(token_ids[i]) + 1 <= max_target_tokens)]
+        self.rows = [rows[i] for i in keep]
+        self.targets = [token_ids[i] + [EOS_ID] for i in keep]
+        self.n_frames = np.array([int(r["n_frames"]) for r in self.rows], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.spm.get_piece_size()
+
+    def features(self, i: int) -> Tensor:
+        """Utterance-CMVN-normalised features ``(T, n_mels)`` of item ``i``."""
+        feats = torch.from_numpy(np.array(read_features(self.prepared_dir, self.rows[i]["audio"])))
+        return utterance_cmvn(feats)
+
+    def reference(self, i: int) -> str:
+        return self.rows[i]["src_text"] if self.task == "asr" else self.rows[i]["tgt_text"]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Detokenised text of ``ids`` (special ids dropped; unknown pieces dropped too, so ``<unk>``
+        never reaches the BLEU computation)."""
+        return self.spm.decode([i for i in ids if i > UNK_ID])
+
+
+def batch_by_frames(n_frames: Sequence[int], max_frames: int, *, shuffle: bool, seed: int = 0,
+                    epoch: int = 0, max_sentences: int | None = None) -> list[list[int]]:
+    """Length-bucketed batches with ``len(batch) * max(n_frames in batch) <= max_frames``.
+
+    Sorted by length (ties broken randomly when shuffling), packed greedily, then the batch order is
+    shuffled with ``Random(seed * 100003 + epoch)``. An utterance longer than ``max_frames`` gets a
+    batch of its own (the dataset's ``max_frames`` filter is the place to drop it).
+    """
+    if max_frames < 1:
+        raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+    rng = random.Random(seed * 100003 + epoch)
+    order = list(range(len(n_frames)))
+    if shuffle:
+        rng.shuffle(order)
+    order.sort(key=lambda i: n_frames[i])  # stable: shuffled ties
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        longest_if_added = max(longest, n_frames[i])
+        too_many = max_sentences is not None and len(current) + 1 > max_sentences
+        if current and (longest_if_added * (len(current) + 1) > max_frames or too_many):
+            batches.append(current)
+            current, longest_if_added = [], n_frames[i]
+        current.append(i)
+        longest = longest_if_added
+    if current:
+        batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def collate(dataset: SpeechDataset, indices: Sequence[int], *, specaugment: SpecAugmentConfig | None = None,
+            generator: torch.Generator | None = None) -> Batch:
+    """Pad a list of items into a :class:`Batch`; SpecAugment (train only) draws from ``generator``."""
+    feats = []
+    for i in indices:
+        f = dataset.features(i)
+        if specaugment is not None:
+            f = spec_augment(f, generator, freq_mask_F=specaugment.freq_mask_F, freq_mask_N=specaugment.freq_mask_N,
+                             time_mask_T=specaugment.time_mask_T, time_mask_N=specaugment.time_mask_N,
+                             time_mask_p=specaugment.time_mask_p)
+        feats.append(f)
+    lengths = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
+    padded = torch.zeros(len(feats), int(lengths.max()), feats[0].shape[1])
+    for b, f in enumerate(feats):
+        padded[b, : f.shape[0]] = f
+    targets = [dataset.targets[i] for i in indices]
+    tlen = torch.tensor([len(t) for t in targets], dtype=torch.long)
+    target = torch.full((len(targets), int(tlen.max())), PAD_ID, dtype=torch.long)
+    prev = torch.full_like(target, PAD_ID)
+    for b, t in enumerate(targets):
+        target[b, : len(t)] = torch.tensor(t)
+        prev[b, 0] = EOS_ID  # fairseq feeds eos as the first decoder input
+        prev[b, 1: len(t)] = torch.tensor(t[:-1])
+    rows = [dataset.rows[i] for i in indices]
+    return Batch([r["id"] for r in rows], padded, lengths, prev, target, tlen,
+                 [r["src_text"] for r in rows], [r["tgt_text"] for r in rows])

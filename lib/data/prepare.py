@@ -1,0 +1,330 @@
+"""Prepare one MuST-C language pair: fbank feature stores, TSV manifests, SentencePiece models.
+
+fairseq's S2T MuST-C recipe (``examples/speech_to_text/prep_mustc_data.py``), reorganised:
+
+1. **Validate everything first** (cheap): read every split's yaml and texts (:func:`read_split`),
+   check every referenced wav exists and probe its header (16 kHz mono, length), check every
+   segment lies inside its talk and that no text holds a tab or carriage return (TSV-safe).
+   Bad input fails here, before any heavy work, with a :class:`CorpusError` naming the file.
+2. **Filter before extracting**: the number of fbank frames of a segment is known from its
+   sample count (:func:`num_frames`), so the filters (``too_short``: n_frames < min_frames,
+   ``empty_text``: blank source or target, ``too_long``: n_frames > max_frames_train on the train
+   split only; a segment is counted under the first reason that applies, in that order) are
+   decided upfront and each split's feature store is created with its exact size.
+3. **Extract** talk by talk: a worker loads one talk, cuts its kept segments and computes their
+   fbank; the parent writes them, in manifest order, into ``<split>.fbank.npy``. ``workers > 1``
+   uses a process pool with at most ``2 * workers`` talks in flight (memory bounded by a few
+   talks, not the corpus); ``workers == 1`` runs in-process. Every extraction runs with one torch
+   thread, so outputs are byte-identical whatever ``workers`` is.
+4. **Vocabularies** (train split, kept segments): ``spm_asr.model`` on the English transcripts,
+   ``spm_st.model`` on the target translations.
+
+Everything is written into a temporary folder that replaces ``out_dir`` only on success
+(:func:`lib.io.atomic_dir`): a failure leaves no partial ``out_dir`` and an old one intact.
+
+Outputs in ``out_dir``: ``<split>.fbank.npy``, ``<split>.tsv`` (columns :data:`MANIFEST_COLUMNS`;
+``audio`` is a :mod:`lib.data.store` reference), ``spm_asr.model``, ``spm_st.model``, ``report.json``.
+
+Manifest order: talks in order of first appearance in the yaml, segments of a talk in yaml
+order; for MuST-C, whose yaml lists each talk's segments contiguously, this is the yaml order.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import multiprocessing as mp
+from collections import deque
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from lib.data.features import fbank, num_frames
+from lib.data.mustc import (
+    SAMPLE_RATE,
+    CorpusError,
+    Segment,
+    cut_segment,
+    load_talk,
+    probe_talk,
+    read_split,
+    segment_bounds,
+    yaml_path_for,
+)
+from lib.data.store import FeatureStoreWriter
+from lib.data.vocab import train_sentencepiece
+from lib.io import atomic_dir, atomic_write_json
+
+MANIFEST_COLUMNS = ("id", "audio", "n_frames", "src_text", "tgt_text", "speaker")
+DROP_REASONS = ("too_short", "empty_text", "too_long")
+ASR_MODEL, ST_MODEL, REPORT = "spm_asr.model", "spm_st.model", "report.json"
+
+
+@dataclass
+class PrepareConfig:
+    """Settings of :func:`prepare_pair` (defaults: fairseq's MuST-C recipe at paper scale)."""
+
+    splits: tuple[str, ...] = ("train", "dev", "tst-COMMON")
+    n_mels: int = 80
+    min_frames: int = 5
+    max_frames_train: int = 3000
+    asr_vocab_size: int = 5000
+    st_vocab_size: int = 8000
+    workers: int = 2
+    train_split: str = "train"
+
+    def validate(self) -> None:
+        """ValueError on inconsistent settings."""
+        if len(set(self.splits)) != len(self.splits):
+            raise ValueError(f"PrepareConfig.splits has duplicates: {self.splits}")
+        if self.train_split not in self.splits:
+            raise ValueError(f"PrepareConfig.train_split {self.train_split!r} is not in splits {self.splits}")
+        for name in ("n_mels", "min_frames", "max_frames_train", "asr_vocab_size", "st_vocab_size", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PrepareConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One kept segment, with its position in the yaml and its size."""
+
+    entry: int
+    segment: Segment
+    n_samples: int
+    n_frames: int
+
+
+@dataclass
+class _SplitPlan:
+    split: str
+    n_segments: int
+    talks: list[tuple[Path, list[_Item]]]  # talks with >= 1 kept segment, in manifest order
+    dropped: dict[str, int]
+
+    @property
+    def kept(self) -> list[_Item]:
+        return [item for _, items in self.talks for item in items]
+
+
+# --------------------------------------------------------------------------- validation + plan
+
+
+def _check_tsv_safe(segments: list[Segment], split: str, pair: str) -> None:
+    """CorpusError (file + line / entry) for a text with a tab or CR, or a speaker id with a tab or
+    line break: the TSV manifests are written without quoting or escaping."""
+    src_lang, _, tgt_lang = pair.partition("-")
+    for i, seg in enumerate(segments):
+        for text, lang in ((seg.src_text, src_lang), (seg.tgt_text, tgt_lang)):
+            if "\t" in text or "\r" in text:
+                what = "a tab" if "\t" in text else "a carriage return (CRLF line ends?)"
+                where = yaml_path_for(seg.wav).parent / f"{split}.{lang}"
+                raise CorpusError(f"{where}:{i + 1}: line {i + 1} contains {what}, which the TSV manifest cannot hold")
+        if any(ch in seg.speaker for ch in "\t\r\n"):
+            raise CorpusError(f"{yaml_path_for(seg.wav)}: entry {i}: speaker_id {seg.speaker!r} contains a tab or line break")
+
+
+def _plan_split(split: str, segments: list[Segment], talk_samples: dict[Path, int], cfg: PrepareConfig,
+                sample_rate: int) -> _SplitPlan:
+    dropped = {r: 0 for r in DROP_REASONS}
+    talks: dict[Path, list[_Item]] = {}
+    for i, seg in enumerate(segments):
+        start, end = segment_bounds(seg, talk_samples[seg.wav], i, sample_rate)  # CorpusError if past the end
+        n = num_frames(end - start, sample_rate)
+        if n < cfg.min_frames:
+            reason = "too_short"
+        elif not seg.src_text.strip() or not seg.tgt_text.strip():
+            reason = "empty_text"
+        elif split == cfg.train_split and n > cfg.max_frames_train:
+            reason = "too_long"
+        else:
+            reason = None
+        if reason is not None:
+            dropped[reason] += 1
+            continue
+        talks.setdefault(seg.wav, []).append(_Item(i, seg, end - start, n))
+    return _SplitPlan(split, len(segments), list(talks.items()), dropped)
+
+
+def plan(mustc_root: Path, pair: str, cfg: PrepareConfig, sample_rate: int = SAMPLE_RATE) -> list[_SplitPlan]:
+    """Step 1 + 2: validate the whole input and decide what is kept (no audio decoding)."""
+    cfg.validate()
+    per_split = {split: read_split(Path(mustc_root), pair, split) for split in cfg.splits}
+    for split, segments in per_split.items():
+        _check_tsv_safe(segments, split, pair)
+    talk_samples: dict[Path, int] = {}
+    for segments in per_split.values():
+        for seg in segments:
+            if seg.wav not in talk_samples:
+                talk_samples[seg.wav] = probe_talk(seg.wav, sample_rate)
+    return [_plan_split(s, per_split[s], talk_samples, cfg, sample_rate) for s in cfg.splits]
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+_Task = tuple[str, list[tuple[Segment, int, int]], int, int]  # wav, [(segment, entry, n_frames)], n_mels, sr
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+
+
+def _extract_talk(task: _Task) -> list[np.ndarray]:
+    """Worker: load one talk, cut its segments, return their fbank features (in order).
+
+    Module-level and driven only by its argument, so it works under any start method."""
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+    wav, items, n_mels, sample_rate = task
+    talk = load_talk(Path(wav), sample_rate)
+    out = []
+    for seg, entry, expected in items:
+        feats = fbank(cut_segment(talk, seg, entry, sample_rate), sample_rate, n_mels)
+        if feats.shape[0] != expected:
+            raise CorpusError(
+                f"{wav}: segment {seg.id} (entry {entry} of {yaml_path_for(seg.wav)}) gave {feats.shape[0]} "
+                f"frames, expected {expected} from the file header (truncated or corrupted audio?)"
+            )
+        out.append(feats)
+    return out
+
+
+@contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _start_method() -> str:
+    # fork is instant and safe here: workers set one torch thread before any torch op and get all
+    # their input through task arguments. Elsewhere, spawn (the code is spawn-safe).
+    return "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+
+
+def _features(tasks: list[_Task], pool: Any | None, max_in_flight: int) -> Iterator[list[np.ndarray]]:
+    """Features of each task, in task order; at most ``max_in_flight`` talks submitted ahead."""
+    if pool is None:
+        with _one_torch_thread():
+            for task in tasks:
+                yield _extract_talk(task)
+        return
+    it = iter(tasks)
+    pending = deque(pool.apply_async(_extract_talk, (t,)) for t in itertools.islice(it, max_in_flight))
+    while pending:
+        result = pending.popleft().get()
+        nxt = next(it, None)
+        if nxt is not None:
+            pending.append(pool.apply_async(_extract_talk, (nxt,)))
+        yield result
+
+
+def _write_split(p: _SplitPlan, tmp: Path, cfg: PrepareConfig, pool: Any | None, pair: str,
+                 progress: bool, sample_rate: int) -> None:
+    kept = p.kept
+    total = sum(item.n_frames for item in kept)
+    tasks: list[_Task] = [
+        (str(wav), [(it.segment, it.entry, it.n_frames) for it in items], cfg.n_mels, sample_rate)
+        for wav, items in p.talks
+    ]
+    rows = []
+    bar = tqdm(total=len(kept), desc=f"prepare {pair} {p.split}", unit="seg", disable=not progress)
+    with bar, FeatureStoreWriter(tmp / f"{p.split}.fbank.npy", total, cfg.n_mels) as store, \
+            closing(_features(tasks, pool, 2 * cfg.workers)) as results:
+        for (wav, items), feats in zip(p.talks, results):
+            for item, f in zip(items, feats, strict=True):
+                ref = store.write(f)
+                seg = item.segment
+                rows.append((seg.id, ref, str(item.n_frames), seg.src_text, seg.tgt_text, seg.speaker))
+            bar.update(len(items))
+    with open(tmp / f"{p.split}.tsv", "w", encoding="utf-8", newline="") as f:
+        w = _tsv_writer(f)
+        w.writerow(MANIFEST_COLUMNS)
+        w.writerows(rows)
+
+
+def _tsv_writer(f: Any) -> Any:
+    # No quoting and no escaping: fields never hold tabs or line breaks (checked upfront), so
+    # every line splits on "\t" into exactly the original strings.
+    return csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, quotechar=None, escapechar=None,
+                      lineterminator="\n")
+
+
+def read_manifest(path: Path) -> list[dict[str, str]]:
+    """Rows of a manifest written by :func:`prepare_pair` as dicts keyed by :data:`MANIFEST_COLUMNS`."""
+    with open(path, encoding="utf-8", newline="") as f:
+        header = f.readline().rstrip("\n").split("\t")
+        if tuple(header) != MANIFEST_COLUMNS:
+            raise ValueError(f"{path}: header {header} is not {list(MANIFEST_COLUMNS)}")
+        rows = []
+        for lineno, line in enumerate(f, start=2):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != len(MANIFEST_COLUMNS):
+                raise ValueError(f"{path}:{lineno}: {len(fields)} fields, expected {len(MANIFEST_COLUMNS)}")
+            rows.append(dict(zip(MANIFEST_COLUMNS, fields)))
+    return rows
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def prepare_pair(mustc_root: Path, pair: str, out_dir: Path, cfg: PrepareConfig, progress: bool = True) -> dict:
+    """Prepare language pair ``pair`` of the MuST-C copy at ``mustc_root`` into ``out_dir``.
+
+    Returns the report (also written to ``out_dir/report.json``): per split the segments read,
+    kept, dropped by reason, talks, kept frames and kept audio seconds; the requested and actual
+    vocabulary sizes; the settings that determine the output (``workers`` is left out: it does
+    not change a byte). Raises :class:`CorpusError` for bad input, before any heavy work.
+    """
+    sample_rate = SAMPLE_RATE
+    plans = plan(Path(mustc_root), pair, cfg, sample_rate)
+    train = next(p for p in plans if p.split == cfg.train_split)
+    train_kept = train.kept
+    if not train_kept:
+        raise CorpusError(f"{Path(mustc_root) / pair / 'data' / cfg.train_split}: no segment of the train split survives the filters")
+
+    report: dict[str, Any] = {
+        "pair": pair,
+        "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "workers"},
+        "splits": {},
+        "vocab": {},
+    }
+    for p in plans:
+        kept = p.kept
+        report["splits"][p.split] = {
+            "segments": p.n_segments,
+            "kept": len(kept),
+            "dropped": dict(p.dropped),
+            "talks": len(p.talks),
+            "kept_frames": sum(it.n_frames for it in kept),
+            "kept_audio_seconds": round(sum(it.n_samples for it in kept) / sample_rate, 3),
+        }
+    report["config"]["splits"] = list(cfg.splits)
+
+    with atomic_dir(Path(out_dir)) as tmp:
+        for key, model, texts, size in (
+            ("asr", ASR_MODEL, [it.segment.src_text for it in train_kept], cfg.asr_vocab_size),
+            ("st", ST_MODEL, [it.segment.tgt_text for it in train_kept], cfg.st_vocab_size),
+        ):
+            actual = train_sentencepiece(texts, tmp / model, size)
+            report["vocab"][key] = {"model": model, "requested": size, "actual": actual}
+
+        if cfg.workers > 1:
+            ctx = mp.get_context(_start_method())
+            with ctx.Pool(cfg.workers, initializer=_init_worker) as pool:
+                for p in plans:
+                    _write_split(p, tmp, cfg, pool, pair, progress, sample_rate)
+        else:
+            for p in plans:
+                _write_split(p, tmp, cfg, None, pair, progress, sample_rate)
+        atomic_write_json(tmp / REPORT, report)
+    return report

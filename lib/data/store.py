@@ -1,0 +1,133 @@
+"""Feature store: all features of one split in ONE memory-mappable ``.npy`` file.
+
+The file holds a ``(total_frames, n_mels)`` float32 array; the utterances are consecutive row
+ranges. A manifest refers to an utterance by the string ``"<file name>:<start_frame>:<n_frames>"``
+(the file name relative to the store folder, so a prepared folder can be moved).
+
+Writing is sequential with an exact total known upfront (``numpy.lib.format.open_memmap``), so
+the file is written once, without growing or concatenating, and its bytes are a function of
+the features alone. Reading maps the file lazily (``np.load(mmap_mode="r")``) and copies out
+one utterance: random access to any utterance costs one page-cache read, with no per-utterance
+files and no unzipping.
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+from numpy.lib.format import open_memmap
+
+
+def make_ref(file_name: str, start: int, n_frames: int) -> str:
+    """The manifest reference ``"<file name>:<start_frame>:<n_frames>"``."""
+    return f"{file_name}:{start}:{n_frames}"
+
+
+def parse_ref(ref: str) -> tuple[str, int, int]:
+    """Inverse of :func:`make_ref`; ValueError naming ``ref`` when malformed."""
+    try:
+        name, start, n = ref.rsplit(":", 2)
+        start_i, n_i = int(start), int(n)
+    except ValueError:
+        raise ValueError(f"malformed feature reference {ref!r}, expected '<file>:<start>:<n_frames>'") from None
+    if not name or start_i < 0 or n_i < 0:
+        raise ValueError(f"malformed feature reference {ref!r}, expected '<file>:<start>:<n_frames>'")
+    return name, start_i, n_i
+
+
+class FeatureStoreWriter:
+    """Sequential writer of one store file with exactly ``total_frames`` rows.
+
+    ``write(feats)`` appends one utterance and returns its reference string; ``close()`` flushes
+    and checks that exactly ``total_frames`` rows were written (ValueError otherwise, so that a
+    wrong upfront count cannot leave uninitialised rows). Use as a context manager; on an
+    exception inside the ``with`` block the file is closed without the count check (the caller's
+    temporary folder is discarded anyway).
+    """
+
+    def __init__(self, path: Path, total_frames: int, n_mels: int = 80) -> None:
+        if total_frames < 0 or n_mels < 1:
+            raise ValueError(f"{path}: bad store shape ({total_frames}, {n_mels})")
+        self.path = Path(path)
+        self.total_frames = int(total_frames)
+        self.n_mels = int(n_mels)
+        self.position = 0
+        self._mm: np.memmap | None = open_memmap(
+            self.path, mode="w+", dtype=np.float32, shape=(self.total_frames, self.n_mels)
+        )
+
+    def write(self, feats: np.ndarray) -> str:
+        """Append ``feats`` ``(n, n_mels)``; returns ``"<file name>:<start>:<n>"``."""
+        if self._mm is None:
+            raise ValueError(f"{self.path}: store already closed")
+        feats = np.asarray(feats)
+        if feats.ndim != 2 or feats.shape[1] != self.n_mels:
+            raise ValueError(f"{self.path}: expected features of shape (n, {self.n_mels}), got {feats.shape}")
+        n = feats.shape[0]
+        if self.position + n > self.total_frames:
+            raise ValueError(
+                f"{self.path}: writing {n} frames at row {self.position} overflows the store of "
+                f"{self.total_frames} frames"
+            )
+        start = self.position
+        self._mm[start : start + n] = feats
+        self.position += n
+        return make_ref(self.path.name, start, n)
+
+    def close(self, check: bool = True) -> None:
+        """Flush and close; with ``check``, ValueError unless exactly ``total_frames`` were written."""
+        if self._mm is None:
+            return
+        mm, self._mm = self._mm, None
+        mm.flush()
+        del mm
+        if check and self.position != self.total_frames:
+            raise ValueError(
+                f"{self.path}: wrote {self.position} frames but the store was created for {self.total_frames}"
+            )
+
+    def __enter__(self) -> FeatureStoreWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close(check=exc_type is None)
+
+
+_CACHE_SIZE = 8
+_handles: OrderedDict[tuple[str, int, int, int], np.ndarray] = OrderedDict()
+
+
+def _open(path: Path) -> np.ndarray:
+    """A cached read-only memory map of ``path``; keyed on (path, inode, size, mtime) so that a
+    store file replaced by a new prepare run is re-opened rather than read stale."""
+    st = os.stat(path)
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    arr = _handles.get(key)
+    if arr is not None:
+        _handles.move_to_end(key)
+        return arr
+    arr = np.load(path, mmap_mode="r")
+    if arr.ndim != 2 or arr.dtype != np.float32:
+        raise ValueError(f"{path}: not a feature store (shape {arr.shape}, dtype {arr.dtype})")
+    _handles[key] = arr
+    while len(_handles) > _CACHE_SIZE:
+        _handles.popitem(last=False)
+    return arr
+
+
+def read_features(store_dir: Path, ref: str) -> np.ndarray:
+    """The ``(n_frames, n_mels)`` float32 features that ``ref`` points to in ``store_dir``.
+
+    Returns a private, writable copy (safe for ``torch.from_numpy`` and independent of the map).
+    ValueError naming the reference when it is malformed or out of the file's range.
+    """
+    name, start, n = parse_ref(ref)
+    path = Path(store_dir) / name
+    arr = _open(path)
+    if start + n > arr.shape[0]:
+        raise ValueError(f"{path}: reference {ref!r} is out of range (store has {arr.shape[0]} frames)")
+    return np.array(arr[start : start + n], dtype=np.float32, copy=True)

@@ -1,0 +1,357 @@
+"""Pluggable encoder self-attention.
+
+Every encoder layer owns one ``SelfAttention`` module built from a small spec dict
+(``{"type": "full"}``, ``{"type": "local", "window": 13}``, ...) by ``build_attention``.
+All variants share the same parameters -- ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``
+(``nn.Linear(d, d, bias=True)``, fairseq's ``MultiheadAttention`` names) -- so a checkpoint
+trained with one variant loads into another with no key remapping, and the contribution
+analysis (Kobayashi et al., 2021) can read W_V / W_O from the very modules that trained.
+
+Anatomy of a forward pass (the base class does everything except the core):
+
+    q, k, v = self._project(x)                       # (B, H, N, dh) each
+    ctx, w  = self.attend(q, k, v, key_padding_mask,  # variant-specific core
+                          prev_attn=..., task=..., need_weights=...)
+    out     = self.out_proj(self._merge(ctx))         # (B, N, d)
+
+A new variant subclasses ``SelfAttention``, overrides ``attend`` only, declares its spec
+keys as keyword arguments of ``__init__`` and registers itself with
+``@register_attention("name")``. Example (the local-attention variant)::
+
+    @register_attention("local")
+    class LocalAttention(SelfAttention):
+        def __init__(self, d_model, n_heads, dropout, *, window: int) -> None:
+            super().__init__(d_model, n_heads, dropout)
+            self.window = int(window)
+
+        def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None,
+                   need_weights=False):
+            res = local_attention(q, k, v, self.window, key_padding_mask,
+                                  dropout_p=self.dropout, training=self.training,
+                                  return_weights=need_weights)
+            return res if need_weights else (res, None)
+
+Hooks for the later systems:
+
+* ``prev_attn`` -- the previous encoder layer's attention weights (B, H, N, N). The encoder
+  only computes and forwards them when the receiving module's class sets
+  ``needs_prev_attn = True`` (attention smoothing with the previous layer as prior), so full
+  models never materialise weights they do not need. The weights a module *returns* are what
+  the next layer receives (for recursive smoothing: the smoothed weights).
+* ``task`` -- a (B,) long tensor of task ids (target-language index) that reaches every encoder
+  attention module (per-task head selection). ``proj_heads`` lets a head-selection variant
+  project more candidate heads (H' > H) than it merges.
+
+Padding convention: ``key_padding_mask`` is a (B, N) bool tensor, True = padding. Padded keys
+receive exactly zero weight; a large *finite* negative bias is used instead of -inf so that a
+fully-masked query row yields finite (uniform) weights instead of NaN.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "ATTENTION_VARIANTS",
+    "AttentionOutput",
+    "FullAttention",
+    "SelfAttention",
+    "build_attention",
+    "mask_bias",
+    "register_attention",
+]
+
+
+# ----------------------------------------------------------------------------------------
+# Masks
+# ----------------------------------------------------------------------------------------
+
+
+def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """Turn a bool mask (True = forbidden) into an additive float bias of ``dtype``.
+
+    Uses ``finfo(dtype).min / 2`` rather than -inf: forbidden entries still get exactly zero
+    probability whenever the row has at least one allowed entry (exp underflows to 0), a row
+    with no allowed entry gets finite uniform weights instead of NaN, and adding the bias to a
+    score does not overflow to -inf even in float16.
+    """
+    neg = torch.finfo(dtype).min / 2
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, neg)
+
+
+def key_padding_bias(key_padding_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """(B, N) bool padding mask -> (B, 1, 1, N) additive bias broadcastable over heads/queries."""
+    if key_padding_mask is None:
+        return None
+    return mask_bias(key_padding_mask[:, None, None, :], dtype)
+
+
+# ----------------------------------------------------------------------------------------
+# Interface
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class AttentionOutput:
+    out: Tensor  # (B, N, d)
+    weights: Tensor | None  # (B, H, N, N) post-softmax, pre-dropout; only when need_weights
+
+
+class SelfAttention(nn.Module):
+    """Base multi-head self-attention (pre-LN Transformer encoder, fairseq parameter names).
+
+    Parameters q_proj, k_proj, v_proj, out_proj (``nn.Linear(d, d, bias=True)``) have the SAME
+    names in every variant, so a checkpoint trained with one variant loads into another with no
+    key remapping. Subclasses override only :meth:`attend`.
+
+    Args:
+        d_model: model width d.
+        n_heads: number of heads H merged into the output; head width dh = d // H.
+        dropout: dropout probability on the attention weights (training only).
+        proj_heads: number of heads produced by the q/k/v projections (default H). Only for
+            variants that select H of H' > H candidate heads (head selection); for them q/k/v
+            map d -> H' * dh while out_proj still maps H * dh -> d.
+    """
+
+    #: When True, the encoder passes the previous layer's attention weights as ``prev_attn``.
+    needs_prev_attn: bool = False
+
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float, *, proj_heads: int | None = None
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"attention dropout must be in [0, 1), got {dropout}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.proj_heads = n_heads if proj_heads is None else int(proj_heads)
+        self.dropout = float(dropout)
+        self.scaling = self.head_dim**-0.5
+        proj_dim = self.proj_heads * self.head_dim
+        self.q_proj = nn.Linear(d_model, proj_dim, bias=True)
+        self.k_proj = nn.Linear(d_model, proj_dim, bias=True)
+        self.v_proj = nn.Linear(d_model, proj_dim, bias=True)
+        self.out_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=True)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """fairseq ``MultiheadAttention`` init: xavier (gain 1/sqrt 2) for q/k/v, xavier for
+        out_proj, zero out_proj bias."""
+        for proj in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
+
+    # -- shared plumbing ------------------------------------------------------------------
+
+    def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, N, d) -> q, k, v each (B, H_proj, N, dh). Scaling is applied in ``attend``."""
+        B, N, _ = x.shape
+
+        def split(t: Tensor) -> Tensor:
+            return t.view(B, N, self.proj_heads, self.head_dim).transpose(1, 2)
+
+        return split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+
+    def _merge(self, ctx: Tensor) -> Tensor:
+        """(B, H, N, dh) -> (B, N, H * dh)."""
+        B, H, N, dh = ctx.shape
+        return ctx.transpose(1, 2).reshape(B, N, H * dh)
+
+    def _softmax_weights(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        """Explicit softmax(q k^T / sqrt(dh) + pad bias): (B, H, N, N), rows sum to 1."""
+        scores = torch.matmul(q, k.transpose(-2, -1)) * self.scaling
+        bias = key_padding_bias(key_padding_mask, scores.dtype)
+        if bias is not None:
+            scores = scores + bias
+        return torch.softmax(scores, dim=-1)
+
+    def _weighted_sum(self, weights: Tensor, v: Tensor) -> Tensor:
+        """Dropout (training only) on the weights, then weights @ v -> (B, H, N, dh)."""
+        return torch.matmul(F.dropout(weights, p=self.dropout, training=self.training), v)
+
+    # -- variant core ---------------------------------------------------------------------
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        *,
+        prev_attn: Tensor | None = None,
+        task: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Core attention on split heads.
+
+        Args:
+            q, k, v: (B, H_proj, N, dh), unscaled.
+            key_padding_mask: (B, N) bool, True = padding, or None.
+            prev_attn: previous encoder layer's weights (B, H, N, N) if ``needs_prev_attn``.
+            task: (B,) long task ids, or None.
+            need_weights: whether the caller wants the weights back.
+
+        Returns:
+            ctx (B, H, N, dh) and the post-softmax, pre-dropout weights (B, H, N, N) when
+            ``need_weights`` (None otherwise is fine).
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement attend()")
+
+    def forward(
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None,
+        *,
+        prev_attn: Tensor | None = None,
+        task: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        q, k, v = self._project(x)
+        ctx, weights = self.attend(
+            q, k, v, key_padding_mask, prev_attn=prev_attn, task=task, need_weights=need_weights
+        )
+        out = self.out_proj(self._merge(ctx))
+        return AttentionOutput(out=out, weights=weights if need_weights else None)
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}"
+            + (f", proj_heads={self.proj_heads}" if self.proj_heads != self.n_heads else "")
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# Registry
+# ----------------------------------------------------------------------------------------
+
+ATTENTION_VARIANTS: dict[str, type[SelfAttention]] = {}
+
+_S = TypeVar("_S", bound=type[SelfAttention])
+
+
+def register_attention(name: str) -> Callable[[_S], _S]:
+    """Class decorator: ``@register_attention("local")`` adds the class to the registry."""
+
+    def deco(cls: _S) -> _S:
+        if not (isinstance(cls, type) and issubclass(cls, SelfAttention)):
+            raise TypeError(f"{cls!r} is not a SelfAttention subclass")
+        if name in ATTENTION_VARIANTS and ATTENTION_VARIANTS[name] is not cls:
+            raise ValueError(f"attention variant {name!r} is already registered")
+        ATTENTION_VARIANTS[name] = cls
+        return cls
+
+    return deco
+
+
+@register_attention("full")
+class FullAttention(SelfAttention):
+    """Standard softmax attention over all (non-padded) keys: Eq. 1-2 of the paper.
+
+    ``need_weights=False``: fused ``F.scaled_dot_product_attention`` (fast path).
+    ``need_weights=True``: explicit softmax, identical math, weights returned pre-dropout.
+    """
+
+    def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
+        if need_weights:
+            weights = self._softmax_weights(q, k, key_padding_mask)
+            return self._weighted_sum(weights, v), weights
+        ctx = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=key_padding_bias(key_padding_mask, q.dtype),
+            dropout_p=self.dropout if self.training else 0.0,
+            scale=self.scaling,
+        )
+        return ctx, None
+
+
+@register_attention("local")
+class LocalAttention(SelfAttention):
+    """Centred sliding-window attention (the paper's Section 4): query i attends exactly to keys
+    j with |i - j| <= (window - 1) / 2, computed blockwise without any N x N tensor
+    (:func:`lib.model.local_attention.local_attention`). Same parameters as full attention.
+
+    ``need_weights=True`` (analysis only) scatters the banded weights into a dense (B, H, N, N)
+    tensor so that analysis code sees the same shape for every variant.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, *, window: int) -> None:
+        super().__init__(d_model, n_heads, dropout)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
+            raise ValueError(f"local attention window must be a positive odd integer, got {window!r}")
+        self.window = window
+
+    def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
+        from lib.model.local_attention import local_attention  # local import: optional kernel module
+
+        res = local_attention(q, k, v, self.window, key_padding_mask, dropout_p=self.dropout,
+                              training=self.training, return_weights=need_weights)
+        if not need_weights:
+            return res, None
+        ctx, band = res  # band: (B, H, N, w), column c <-> key i - (w-1)//2 + c
+        n, half = q.shape[2], (self.window - 1) // 2
+        dense = band.new_zeros(*band.shape[:3], n + 2 * half)  # (B, H, N, N + w - 1)
+        idx = torch.arange(n, device=band.device)[:, None] + torch.arange(self.window, device=band.device)
+        dense.scatter_(-1, idx.expand(*band.shape[:2], n, self.window), band)
+        return ctx, dense[..., half:half + n]  # (B, H, N, N)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, window={self.window}"
+
+
+# Keyword parameters of the base constructor are not spec keys (d_model / n_heads / dropout
+# come from the model config; proj_heads is a variant-internal detail).
+_BASE_PARAMS = frozenset(inspect.signature(SelfAttention.__init__).parameters)
+
+
+def _spec_params(cls: type[SelfAttention]) -> tuple[set[str], set[str]]:
+    """(allowed, required) spec keys of a variant = its extra ``__init__`` keyword params."""
+    allowed: set[str] = set()
+    required: set[str] = set()
+    for name, p in inspect.signature(cls.__init__).parameters.items():
+        if name in _BASE_PARAMS or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        allowed.add(name)
+        if p.default is inspect.Parameter.empty:
+            required.add(name)
+    return allowed, required
+
+
+def build_attention(spec: dict, d_model: int, n_heads: int, dropout: float) -> SelfAttention:
+    """Build one attention module from ``{"type": name, **variant_kwargs}``.
+
+    Raises ValueError naming an unknown type, unknown keys or missing required keys.
+    """
+    if not isinstance(spec, dict):
+        raise ValueError(f"attention spec must be a dict, got {type(spec).__name__}: {spec!r}")
+    if "type" not in spec:
+        raise ValueError(f"attention spec {spec!r} has no 'type' key")
+    kind = spec["type"]
+    if kind not in ATTENTION_VARIANTS:
+        raise ValueError(
+            f"unknown attention type {kind!r}; known: {sorted(ATTENTION_VARIANTS)}"
+        )
+    cls = ATTENTION_VARIANTS[kind]
+    params = {key: val for key, val in spec.items() if key != "type"}
+    allowed, required = _spec_params(cls)
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {unknown} for attention type {kind!r}; allowed: {sorted(allowed)}"
+        )
+    missing = sorted(required - set(params))
+    if missing:
+        raise ValueError(f"missing key(s) {missing} for attention type {kind!r}")
+    return cls(d_model, n_heads, dropout, **params)

@@ -1,0 +1,627 @@
+"""S2T Transformer (fairseq ``s2t_transformer_s``) with pluggable encoder self-attention.
+
+Reference: Wang et al. (2020) fairseq S2T, as used by Alastruey et al. (2022), "On the Locality
+of Attention in Direct Speech Translation", Section 2 + Appendix B:
+
+    feats (B, T, 80)
+      -> Conv1d subsampler: 2 x [Conv1d(k=5, stride=2) + GLU]        (T -> ~T/4)
+      -> * sqrt(d) + sinusoidal positions -> dropout
+      -> 12 pre-LN encoder layers (self-attention is pluggable, see attention.py)
+      -> final LayerNorm                                              = encoder output
+    prev_tokens (B, L)
+      -> token embedding * sqrt(d) + sinusoidal positions -> dropout
+      -> 6 pre-LN decoder layers (causal self-attn, cross-attn, FFN) -> final LayerNorm
+      -> output projection (no bias, not tied to the input embedding)  = logits (B, L, V)
+
+d=256, 4 heads, FFN 2048, ReLU, dropout 0.1 everywhere; ~31 M parameters with an 8k vocab.
+
+Conventions
+-----------
+* Target vocabulary follows fairseq: ``pad_idx = 1`` (bos 0, eos 2, unk 3 are the tokenizer's
+  business). Embedding row ``pad_idx`` is zero.
+* Positions follow fairseq's ``SinusoidalPositionalEmbedding``: the i-th non-pad element (i >= 0)
+  gets position ``pad_idx + 1 + i``; padded elements get position ``pad_idx`` whose embedding is
+  the zero vector. Channels are [sin | cos] halves (not interleaved). Padded positions therefore
+  never matter, and right- and left-padding give the same positions to real elements.
+* Padding masks are bool, True = padding. The encoder zeroes padded frames before each
+  convolution, padded keys get exactly zero attention weight, and padded encoder output rows
+  are zeroed, so a sample's encoder output and logits do not depend on its batch neighbours.
+* ``max_source_positions`` / ``max_target_positions`` are informational (for data filtering);
+  sinusoidal positions are computed on the fly for any length, as in fairseq.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lib.model.attention import SelfAttention, build_attention, mask_bias
+
+__all__ = [
+    "MODEL_SIZES",
+    "Conv1dSubsampler",
+    "DecoderLayer",
+    "EncoderLayer",
+    "EncoderOutput",
+    "LoadReport",
+    "ModelConfig",
+    "MultiheadAttention",
+    "S2TTransformer",
+    "S2TTransformerDecoder",
+    "S2TTransformerEncoder",
+    "model_config",
+    "subsampled_lengths",
+]
+
+
+# ----------------------------------------------------------------------------------------
+# Configuration
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelConfig:
+    n_mels: int = 80
+    conv_channels: int = 1024  # fairseq conv_channels (mid channels before the GLU)
+    conv_kernel: int = 5
+    d_model: int = 256
+    n_heads: int = 4
+    ffn_dim: int = 2048
+    encoder_layers: int = 12
+    decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    activation_dropout: float = 0.1
+    vocab_size: int = 8000  # MuST-C ST recipe: unigram SentencePiece, 8k
+    max_source_positions: int = 6000
+    max_target_positions: int = 1024
+    # One attention spec per encoder layer; None -> all {"type": "full"}.
+    encoder_attention: list[dict] | None = None
+    # Optional CTC head on the encoder output (auxiliary ASR loss); None -> no head.
+    ctc_vocab_size: int | None = None
+    pad_idx: int = 1  # fairseq dictionary convention
+
+    def __post_init__(self) -> None:
+        if self.encoder_attention is None:
+            self.encoder_attention = [{"type": "full"} for _ in range(self.encoder_layers)]
+        else:
+            self.encoder_attention = [dict(spec) for spec in self.encoder_attention]
+        if len(self.encoder_attention) != self.encoder_layers:
+            raise ValueError(
+                f"encoder_attention has {len(self.encoder_attention)} specs for "
+                f"{self.encoder_layers} encoder layers"
+            )
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} not divisible by n_heads={self.n_heads}")
+        if self.conv_channels % 2:
+            raise ValueError(f"conv_channels={self.conv_channels} must be even (GLU halves it)")
+        if self.conv_kernel % 2 == 0:
+            raise ValueError(f"conv_kernel={self.conv_kernel} must be odd ((len-1)//2+1 lengths)")
+        if self.vocab_size <= self.pad_idx:
+            raise ValueError(f"vocab_size={self.vocab_size} must exceed pad_idx={self.pad_idx}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig key(s): {unknown}")
+        return cls(**d)
+
+
+# Named sizes: overrides on top of the ModelConfig defaults (which are "s").
+MODEL_SIZES: dict[str, dict[str, Any]] = {
+    # fairseq s2t_transformer_s == the paper's baseline (Appendix B).
+    "s": {},
+    # Small CPU-trainable config keeping the paper's depth (12 encoder layers, so the
+    # layer-wise locality analysis and the per-layer windows still apply).
+    "demo": dict(
+        conv_channels=256, d_model=128, n_heads=4, ffn_dim=512, encoder_layers=12, decoder_layers=3
+    ),
+    # For unit tests.
+    "tiny": dict(
+        conv_channels=16, d_model=16, n_heads=2, ffn_dim=32, encoder_layers=2, decoder_layers=1
+    ),
+}
+
+
+def model_config(size: str, **overrides: Any) -> ModelConfig:
+    """``model_config("s", vocab_size=8000)``; ValueError naming an unknown size or key."""
+    if size not in MODEL_SIZES:
+        raise ValueError(f"unknown model size {size!r}; known: {sorted(MODEL_SIZES)}")
+    return ModelConfig.from_dict({**MODEL_SIZES[size], **overrides})
+
+
+# ----------------------------------------------------------------------------------------
+# Small helpers
+# ----------------------------------------------------------------------------------------
+
+
+def lengths_to_padding_mask(lengths: Tensor, max_len: int) -> Tensor:
+    """(B,) lengths -> (B, max_len) bool, True = padding."""
+    return torch.arange(max_len, device=lengths.device)[None, :] >= lengths[:, None]
+
+
+def make_positions(padding_mask: Tensor, pad_idx: int) -> Tensor:
+    """fairseq ``make_positions``: non-pad elements count from pad_idx + 1, pads get pad_idx."""
+    keep = (~padding_mask).long()
+    return torch.cumsum(keep, dim=1) * keep + pad_idx
+
+
+def sinusoidal_positions(positions: Tensor, dim: int, pad_idx: int) -> Tensor:
+    """fairseq ``SinusoidalPositionalEmbedding`` for integer positions: (..., ) -> (..., dim).
+
+    Row = [sin(p * f_0..f_{h-1}) | cos(p * f_0..f_{h-1})], f_i = 10000^(-i / (h - 1)),
+    h = dim // 2; zero vector at ``pad_idx``; float32.
+    """
+    half = dim // 2
+    step = math.log(10000.0) / max(half - 1, 1)
+    freqs = torch.exp(torch.arange(half, device=positions.device, dtype=torch.float32) * -step)
+    angles = positions.to(torch.float32)[..., None] * freqs
+    emb = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+    if dim % 2:
+        emb = F.pad(emb, (0, 1))
+    return emb.masked_fill((positions == pad_idx)[..., None], 0.0)
+
+
+def subsampled_lengths(lengths: Tensor, n_layers: int = 2) -> Tensor:
+    """Output lengths of the stride-2 conv stack: ``(len - 1) // 2 + 1`` per layer (fairseq)."""
+    out = lengths
+    for _ in range(n_layers):
+        out = torch.div(out - 1, 2, rounding_mode="floor") + 1
+    return out
+
+
+def _embedding(num: int, dim: int, pad_idx: int | None) -> nn.Embedding:
+    """fairseq ``Embedding``: N(0, dim^-0.5), zero padding row."""
+    emb = nn.Embedding(num, dim, padding_idx=pad_idx)
+    nn.init.normal_(emb.weight, mean=0.0, std=dim**-0.5)
+    if pad_idx is not None:
+        nn.init.zeros_(emb.weight[pad_idx])
+    return emb
+
+
+# ----------------------------------------------------------------------------------------
+# Conv1d subsampler
+# ----------------------------------------------------------------------------------------
+
+
+class Conv1dSubsampler(nn.Module):
+    """fairseq ``Conv1dSubsampler``: 2 x [Conv1d(stride 2, padding k//2) + GLU over channels].
+
+    conv0: n_mels -> conv_channels, GLU -> conv_channels // 2
+    conv1: conv_channels // 2 -> 2 * d_model, GLU -> d_model
+    Padded frames are zeroed before each convolution so the output at valid positions equals
+    the output for the unpadded sample (conv zero padding == zeroed neighbour frames).
+    """
+
+    def __init__(self, n_mels: int, conv_channels: int, d_model: int, kernel: int = 5) -> None:
+        super().__init__()
+        self.conv_layers = nn.ModuleList(
+            [
+                nn.Conv1d(n_mels, conv_channels, kernel, stride=2, padding=kernel // 2),
+                nn.Conv1d(conv_channels // 2, 2 * d_model, kernel, stride=2, padding=kernel // 2),
+            ]
+        )
+
+    def forward(self, feats: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, T, n_mels), (B,) -> (B, N, d), (B,) subsampled lengths."""
+        x = feats.transpose(1, 2)  # (B, C, T)
+        for conv in self.conv_layers:
+            x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(-1))[:, None, :], 0.0)
+            x = F.glu(conv(x), dim=1)
+            lengths = subsampled_lengths(lengths, 1)
+        x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(-1))[:, None, :], 0.0)
+        return x.transpose(1, 2), lengths
+
+
+# ----------------------------------------------------------------------------------------
+# Encoder
+# ----------------------------------------------------------------------------------------
+
+
+def feed_forward(layer: nn.Module, x: Tensor) -> Tensor:
+    """FFN = fc2(drop_act(relu(fc1(x)))), fairseq parameter names fc1 / fc2 on the layer."""
+    return layer.fc2(layer.activation_dropout(F.relu(layer.fc1(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Pre-LN: x = x + drop(attn(LN(x))); x = x + drop(FFN(LN(x)))."""
+
+    def __init__(self, cfg: ModelConfig, attention_spec: dict) -> None:
+        super().__init__()
+        self.self_attn: SelfAttention = build_attention(
+            attention_spec, cfg.d_model, cfg.n_heads, cfg.attention_dropout
+        )
+        self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
+        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
+        self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
+        self.activation_dropout = nn.Dropout(cfg.activation_dropout)
+        self.final_layer_norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        padding_mask: Tensor,
+        *,
+        prev_attn: Tensor | None = None,
+        task: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        a = self.self_attn(
+            self.self_attn_layer_norm(x),
+            padding_mask,
+            prev_attn=prev_attn,
+            task=task,
+            need_weights=need_weights,
+        )
+        x = x + self.dropout(a.out)
+        x = x + self.dropout(feed_forward(self, self.final_layer_norm(x)))
+        return x, a.weights
+
+
+@dataclass
+class EncoderOutput:
+    out: Tensor  # (B, N, d), final LayerNorm applied, padded rows zeroed
+    padding_mask: Tensor  # (B, N) bool, True = padding
+    lengths: Tensor  # (B,) valid lengths after subsampling
+    layer_inputs: list[Tensor] | None = None  # per layer: residual stream before its pre-LN
+    attn_weights: list[Tensor] | None = None  # per layer: (B, H, N, N) post-softmax weights
+    ctc_logits: Tensor | None = None  # (B, N, ctc_vocab) when the model has a CTC head
+
+    def reorder(self, new_order: Tensor) -> EncoderOutput:
+        """Index the batch dimension (beam search: repeat / reorder hypotheses)."""
+
+        def sel(t: Any) -> Any:
+            if t is None:
+                return None
+            if isinstance(t, list):
+                return [x.index_select(0, new_order) for x in t]
+            return t.index_select(0, new_order)
+
+        return EncoderOutput(
+            out=sel(self.out),
+            padding_mask=sel(self.padding_mask),
+            lengths=sel(self.lengths),
+            layer_inputs=sel(self.layer_inputs),
+            attn_weights=sel(self.attn_weights),
+            ctc_logits=sel(self.ctc_logits),
+        )
+
+
+class S2TTransformerEncoder(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.subsample = Conv1dSubsampler(cfg.n_mels, cfg.conv_channels, cfg.d_model, cfg.conv_kernel)
+        self.embed_scale = math.sqrt(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(EncoderLayer(cfg, spec) for spec in cfg.encoder_attention)
+        self.layer_norm = nn.LayerNorm(cfg.d_model)
+        self.ctc_proj = (
+            nn.Linear(cfg.d_model, cfg.ctc_vocab_size) if cfg.ctc_vocab_size is not None else None
+        )
+
+    def forward(
+        self,
+        feats: Tensor,
+        feat_lengths: Tensor,
+        *,
+        task: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> EncoderOutput:
+        x, lengths = self.subsample(feats, feat_lengths)
+        padding_mask = lengths_to_padding_mask(lengths, x.size(1))
+        pos = sinusoidal_positions(make_positions(padding_mask, self.cfg.pad_idx), x.size(-1), self.cfg.pad_idx)
+        x = self.dropout(self.embed_scale * x + pos.to(x.dtype))
+
+        layer_inputs: list[Tensor] | None = [] if need_weights else None
+        attn_weights: list[Tensor] | None = [] if need_weights else None
+        prev: Tensor | None = None
+        n = len(self.layers)
+        for i, layer in enumerate(self.layers):
+            # A layer computes weights only if asked for, or if the next layer consumes them.
+            want = need_weights or (i + 1 < n and self.layers[i + 1].self_attn.needs_prev_attn)
+            if layer_inputs is not None:
+                layer_inputs.append(x)
+            x, w = layer(
+                x,
+                padding_mask,
+                prev_attn=prev if layer.self_attn.needs_prev_attn else None,
+                task=task,
+                need_weights=want,
+            )
+            if attn_weights is not None:
+                attn_weights.append(w)
+            prev = w
+
+        x = self.layer_norm(x).masked_fill(padding_mask[..., None], 0.0)
+        ctc_logits = self.ctc_proj(x) if self.ctc_proj is not None else None
+        return EncoderOutput(x, padding_mask, lengths, layer_inputs, attn_weights, ctc_logits)
+
+
+# ----------------------------------------------------------------------------------------
+# Decoder
+# ----------------------------------------------------------------------------------------
+
+
+class MultiheadAttention(nn.Module):
+    """Plain MHA for the decoder (self- and cross-attention) with an incremental cache.
+
+    ``cache`` (a dict owned by the caller, filled in place):
+      self-attention:  "k", "v" (B, H, t, dh) grow by one step per call; "pad" (B, t) bool.
+      cross-attention: "k", "v" (B, H, S, dh) computed once from the encoder output.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        for proj in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
+
+    def _split(self, t: Tensor) -> Tensor:
+        B, N, _ = t.shape
+        return t.view(B, N, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        query: Tensor,
+        memory: Tensor | None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """query (B, L, d); memory (B, S, d) for cross-attention or None for self-attention.
+
+        key_padding_mask: (B, S) for cross-attention, (B, L) (the new steps) for self-attention.
+        """
+        B, L, d = query.shape
+        q = self._split(self.q_proj(query))
+        if memory is None:  # self-attention
+            k, v = self._split(self.k_proj(query)), self._split(self.v_proj(query))
+            if key_padding_mask is None:
+                key_padding_mask = torch.zeros(B, L, dtype=torch.bool, device=query.device)
+            if cache is not None:
+                if "k" in cache:
+                    k = torch.cat([cache["k"], k], dim=2)
+                    v = torch.cat([cache["v"], v], dim=2)
+                    key_padding_mask = torch.cat([cache["pad"], key_padding_mask], dim=1)
+                cache["k"], cache["v"], cache["pad"] = k, v, key_padding_mask
+        else:  # cross-attention
+            if cache is not None and "k" in cache:
+                k, v = cache["k"], cache["v"]
+            else:
+                k, v = self._split(self.k_proj(memory)), self._split(self.v_proj(memory))
+                if cache is not None:
+                    cache["k"], cache["v"] = k, v
+
+        S = k.size(2)
+        mask = torch.zeros(B, 1, L, S, dtype=torch.bool, device=query.device)
+        if key_padding_mask is not None:
+            mask = mask | key_padding_mask[:, None, None, :]
+        if causal:  # query i (absolute position S - L + i) sees keys <= its position
+            qpos = torch.arange(S - L, S, device=query.device)[:, None]
+            mask = mask | (torch.arange(S, device=query.device)[None, :] > qpos)
+        ctx = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask_bias(mask, q.dtype),
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        return self.out_proj(ctx.transpose(1, 2).reshape(B, L, d))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-LN: causal self-attn, cross-attn, FFN, each x = x + drop(sublayer(LN(x)))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiheadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
+        self.encoder_attn = MultiheadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.encoder_attn_layer_norm = nn.LayerNorm(cfg.d_model)
+        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
+        self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
+        self.activation_dropout = nn.Dropout(cfg.activation_dropout)
+        self.final_layer_norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        self_padding_mask: Tensor,
+        enc_out: Tensor,
+        enc_padding_mask: Tensor | None,
+        cache: dict[str, dict[str, Tensor]] | None = None,
+    ) -> Tensor:
+        h = self.self_attn(
+            self.self_attn_layer_norm(x),
+            None,
+            key_padding_mask=self_padding_mask,
+            causal=True,
+            cache=None if cache is None else cache.setdefault("self", {}),
+        )
+        x = x + self.dropout(h)
+        h = self.encoder_attn(
+            self.encoder_attn_layer_norm(x),
+            enc_out,
+            key_padding_mask=enc_padding_mask,
+            cache=None if cache is None else cache.setdefault("cross", {}),
+        )
+        x = x + self.dropout(h)
+        return x + self.dropout(feed_forward(self, self.final_layer_norm(x)))
+
+
+IncrementalState = dict[int, dict[str, dict[str, Tensor]]]
+
+
+class S2TTransformerDecoder(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = _embedding(cfg.vocab_size, cfg.d_model, cfg.pad_idx)
+        self.embed_scale = math.sqrt(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.layer_norm = nn.LayerNorm(cfg.d_model)
+        # share_decoder_input_output_embed=False: separate output matrix, no bias.
+        self.output_projection = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        nn.init.normal_(self.output_projection.weight, mean=0.0, std=cfg.d_model**-0.5)
+
+    def forward(
+        self,
+        tokens: Tensor,
+        enc_out: Tensor,
+        enc_padding_mask: Tensor | None,
+        incremental_state: IncrementalState | None = None,
+    ) -> Tensor:
+        """tokens (B, L) -> logits (B, L, V).
+
+        With ``incremental_state`` (a dict, empty at the first step, filled in place) ``tokens``
+        is the whole prefix so far, only its last token is processed, and the logits for that
+        step are returned as (B, 1, V). Equal to the last row of the full-sequence logits.
+        """
+        pad = self.cfg.pad_idx
+        padding_mask = tokens.eq(pad)
+        positions = make_positions(padding_mask, pad)
+        if incremental_state is not None:
+            tokens, padding_mask, positions = tokens[:, -1:], padding_mask[:, -1:], positions[:, -1:]
+
+        x = self.embed_scale * self.embed_tokens(tokens)
+        x = self.dropout(x + sinusoidal_positions(positions, x.size(-1), pad).to(x.dtype))
+        for i, layer in enumerate(self.layers):
+            cache = None if incremental_state is None else incremental_state.setdefault(i, {})
+            x = layer(x, padding_mask, enc_out, enc_padding_mask, cache)
+        return self.output_projection(self.layer_norm(x))
+
+    @staticmethod
+    def reorder_incremental_state(state: IncrementalState, new_order: Tensor) -> IncrementalState:
+        """Index the batch dimension of every cached tensor (in place; also returned)."""
+        for layer_cache in state.values():
+            for sub in layer_cache.values():
+                for key, t in sub.items():
+                    sub[key] = t.index_select(0, new_order)
+        return state
+
+
+# ----------------------------------------------------------------------------------------
+# Full model
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadReport:
+    loaded: list[str]  # target keys that received a value
+    skipped: list[str]  # source keys not loaded (CTC head / variant-specific attention params)
+    missing: list[str]  # target keys left at their initialisation (same categories only)
+
+
+class S2TTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = S2TTransformerEncoder(cfg)
+        self.decoder = S2TTransformerDecoder(cfg)
+
+    def encode(
+        self,
+        feats: Tensor,
+        feat_lengths: Tensor,
+        *,
+        task: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> EncoderOutput:
+        """feats (B, T, n_mels), feat_lengths (B,), task (B,) long or None."""
+        return self.encoder(feats, feat_lengths, task=task, need_weights=need_weights)
+
+    def decode(
+        self,
+        prev_tokens: Tensor,
+        enc: EncoderOutput,
+        incremental_state: IncrementalState | None = None,
+    ) -> Tensor:
+        return self.decoder(prev_tokens, enc.out, enc.padding_mask, incremental_state)
+
+    def forward(
+        self,
+        feats: Tensor,
+        feat_lengths: Tensor,
+        prev_tokens: Tensor,
+        *,
+        task: Tensor | None = None,
+    ) -> Tensor:
+        """Teacher-forced logits (B, L, V)."""
+        return self.decode(prev_tokens, self.encode(feats, feat_lengths, task=task))
+
+    def reorder_incremental_state(self, state: IncrementalState, new_order: Tensor) -> IncrementalState:
+        return self.decoder.reorder_incremental_state(state, new_order)
+
+    def load_encoder_from(self, state_dict: dict[str, Tensor]) -> LoadReport:
+        """Initialise the encoder (subsampler + layers + final LN) from another checkpoint,
+        e.g. ST from a pre-trained ASR model (the decoder stays randomly initialised).
+
+        ``state_dict`` is a full ``S2TTransformer`` state dict (``encoder.*`` keys are used), a
+        bare encoder state dict, or a checkpoint dict with a ``"model"`` entry. All core keys
+        must match in name and shape (ValueError otherwise). Tolerated differences: the CTC head
+        (loaded only if both have one of the same shape) and attention parameters specific to a
+        variant (anything under ``.self_attn.`` other than q/k/v/out_proj).
+        """
+        if "model" in state_dict and isinstance(state_dict["model"], dict):
+            state_dict = state_dict["model"]
+        if any(k.startswith("encoder.") for k in state_dict):
+            src = {k[len("encoder.") :]: v for k, v in state_dict.items() if k.startswith("encoder.")}
+        else:
+            src = dict(state_dict)
+        target = self.encoder.state_dict()
+
+        def optional(key: str) -> bool:
+            if key.startswith("ctc_proj."):
+                return True
+            if ".self_attn." in key:
+                return key.split(".self_attn.", 1)[1].split(".")[0] not in (
+                    "q_proj",
+                    "k_proj",
+                    "v_proj",
+                    "out_proj",
+                )
+            return False
+
+        to_load, skipped, errors = {}, [], []
+        for key, val in src.items():
+            if key in target and target[key].shape == val.shape:
+                to_load[key] = val
+            elif optional(key):
+                skipped.append(key)
+            elif key in target:
+                errors.append(f"{key}: shape {tuple(val.shape)} vs {tuple(target[key].shape)}")
+            else:
+                errors.append(f"{key}: unexpected")
+        missing = [k for k in target if k not in to_load]
+        errors += [f"{k}: missing" for k in missing if not optional(k)]
+        if errors:
+            raise ValueError("encoder state dict does not match: " + "; ".join(errors))
+        self.encoder.load_state_dict(to_load, strict=False)
+        return LoadReport(loaded=sorted(to_load), skipped=sorted(skipped), missing=sorted(missing))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

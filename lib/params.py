@@ -1,0 +1,210 @@
+"""Load ``params.yaml`` into typed, validated objects.
+
+Each pipeline stage reads one section (plus the top-level ``pairs``/``seeds``) through a
+dataclass declared here. Validation is strict: an unknown key, a missing key or a value of the
+wrong type raises :class:`ParamError` whose message names the full key path
+(``corpus.splits.train``) and the file, so a typo in ``dvc exp run -S`` fails at once instead
+of silently using a default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+PAIR_PATTERN = re.compile(r"^en-[a-z]{2}$")
+
+
+class ParamError(ValueError):
+    """A params.yaml value is missing, unknown or of the wrong type; the message names the key."""
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` (recursively); return the converted value."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for alt in args:
+            try:
+                return _check(value, alt, key)
+            except ParamError as e:
+                errors.append(str(e))
+        raise ParamError(f"{key}: {value!r} matches none of {', '.join(_type_name(a) for a in args)}")
+    if tp is type(None):
+        if value is not None:
+            raise ParamError(f"{key}: expected null, got {value!r}")
+        return None
+    if dataclasses.is_dataclass(tp):
+        return _from_dict(tp, value, key)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ParamError(f"{key}: expected a list, got {type(value).__name__} {value!r}")
+        item_tp = args[0] if args else Any
+        items = [_check(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ParamError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
+        k_tp, v_tp = args if args else (Any, Any)
+        return {_check(k, k_tp, f"{key} key"): _check(v, v_tp, f"{key}.{k}") for k, v in value.items()}
+    if tp is float:
+        # YAML reads "1e-3" as a string and "2" as an int; accept ints and numeric strings for floats.
+        if isinstance(value, bool):
+            raise ParamError(f"{key}: expected a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ParamError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ParamError(f"{key}: expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp in (str, bool):
+        if not isinstance(value, tp):
+            raise ParamError(f"{key}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+        return value
+    raise TypeError(f"unsupported annotation {tp!r} for {key}")
+
+
+def _from_dict(cls: type[T], data: Any, prefix: str) -> T:
+    if not isinstance(data, dict):
+        raise ParamError(f"{prefix}: expected a mapping, got {type(data).__name__} {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ParamError(f"{prefix}: unknown key(s) {', '.join(prefix + '.' + k for k in unknown)}; "
+                         f"known: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for name, f in fields.items():
+        key = f"{prefix}.{name}" if prefix else name
+        if name in data:
+            kwargs[name] = _check(data[name], hints[name], key)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ParamError(f"{key}: missing")
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        validate(prefix)
+    return obj
+
+
+def parse_section(cls: type[T], data: Any, prefix: str) -> T:
+    """Build the dataclass ``cls`` from the mapping ``data``; errors name ``prefix.<key>``."""
+    return _from_dict(cls, data, prefix)
+
+
+@dataclass(frozen=True)
+class CorpusParams:
+    """``corpus``: the synthetic demo corpus in MuST-C v1 layout (see lib/corpus)."""
+
+    seed: int
+    splits: dict[str, int]  # segments per split
+    segments_per_talk: int
+    n_speakers: int
+    pause_seconds: list[float]  # [min, max] silence between segments inside a talk
+    noise_level: float  # amplitude of the Gaussian background noise (full scale = 1.0)
+    workers: int
+
+    def validate(self, prefix: str) -> None:
+        for split, n in self.splits.items():
+            if n < 1:
+                raise ParamError(f"{prefix}.splits.{split}: must be >= 1, got {n}")
+        if self.segments_per_talk < 1:
+            raise ParamError(f"{prefix}.segments_per_talk: must be >= 1, got {self.segments_per_talk}")
+        if self.n_speakers < 1:
+            raise ParamError(f"{prefix}.n_speakers: must be >= 1, got {self.n_speakers}")
+        if len(self.pause_seconds) != 2 or not 0 <= self.pause_seconds[0] <= self.pause_seconds[1]:
+            raise ParamError(f"{prefix}.pause_seconds: expected [min, max] with 0 <= min <= max, "
+                             f"got {self.pause_seconds}")
+        if not 0 <= self.noise_level < 0.1:
+            raise ParamError(f"{prefix}.noise_level: expected 0 <= value < 0.1, got {self.noise_level}")
+        if self.workers < 1:
+            raise ParamError(f"{prefix}.workers: must be >= 1, got {self.workers}")
+
+
+@dataclass(frozen=True)
+class DataParams:
+    """``data``: where the MuST-C v1 root is (the demo corpus by default) and where prepared data goes."""
+
+    mustc_root: str
+    prepared_dir: str
+
+
+@dataclass(frozen=True)
+class PrepareParams:
+    """``prepare``: features, filters and vocabularies (fairseq MuST-C recipe values at paper scale)."""
+
+    splits: list[str]
+    n_mels: int
+    min_frames: int
+    max_frames_train: int
+    asr_vocab_size: int
+    st_vocab_size: int
+    workers: int
+
+    def validate(self, prefix: str) -> None:
+        for name in ("n_mels", "min_frames", "max_frames_train", "asr_vocab_size", "st_vocab_size", "workers"):
+            if getattr(self, name) < 1:
+                raise ParamError(f"{prefix}.{name}: must be >= 1, got {getattr(self, name)}")
+        if "train" not in self.splits:
+            raise ParamError(f"{prefix}.splits: must include 'train', got {self.splits}")
+
+
+@dataclass(frozen=True)
+class Params:
+    """The sections of params.yaml that the implemented stages read."""
+
+    pairs: list[str]
+    seeds: list[int]
+    data: DataParams
+    corpus: CorpusParams
+    prepare: PrepareParams
+    extra: dict[str, Any] = field(default_factory=dict)  # sections owned by later stages
+
+    def validate(self, prefix: str) -> None:
+        for i, pair in enumerate(self.pairs):
+            if not PAIR_PATTERN.match(pair):
+                raise ParamError(f"pairs[{i}]: expected a pair like 'en-de', got {pair!r}")
+        if len(set(self.pairs)) != len(self.pairs):
+            raise ParamError(f"pairs: duplicates in {self.pairs}")
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate ``path``; sections not modelled here are kept untouched in ``extra``."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ParamError(f"{path}: not found (run from the repository root)") from None
+    except yaml.YAMLError as e:
+        raise ParamError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ParamError(f"{path}: expected a mapping at the top level")
+    known = {f.name for f in dataclasses.fields(Params)} - {"extra"}
+    core = {k: v for k, v in raw.items() if k in known}
+    extra = {k: v for k, v in raw.items() if k not in known}
+    try:
+        return _from_dict(Params, {**core, "extra": extra}, "")
+    except ParamError as e:
+        raise ParamError(f"{path}: {e}") from None

@@ -1,0 +1,357 @@
+"""The training loop: ASR pretraining and ST training share it (fairseq's S2T MuST-C recipe).
+
+Read top to bottom: :class:`TrainConfig` holds plain values; :func:`train` builds the optimizer,
+resumes from ``<out>/checkpoints/last.pt`` when it was made with the same config, then runs
+updates of ``update_freq`` batches each (x ``world_size`` processes under torchrun) until
+``max_updates``, evaluating, logging (dvclive) and checkpointing on the way.
+
+Determinism and resume. The data order is a function of ``(seed, epoch)`` (lib/data/dataset.py),
+SpecAugment draws from a generator seeded by ``(seed, epoch, batch)``, and dropout draws from
+the global torch RNG whose state is saved in every checkpoint together with the position in the
+epoch. A run killed at any point and restarted continues from its last checkpoint and ends
+with the same weights and metrics as an uninterrupted run (same machine, same thread count).
+
+Loss normalisation follows fairseq: the summed label-smoothed loss of all batches of one update
+(all ranks) is divided by the number of target tokens of that update, so one process with
+``update_freq = k * n`` computes the same update as ``n`` processes with ``update_freq = k``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm import tqdm
+
+from lib.data.dataset import BOS_ID, PAD_ID, Batch, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
+from lib.train import checkpoint as ckpt
+from lib.train.objectives import ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss
+
+LOWER_IS_BETTER = {"loss": True, "nll": True, "wer": True, "bleu": False, "chrf": False}
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters of one training run (the paper's values in comments)."""
+
+    seed: int = 1
+    lr: float = 2e-3  # paper: 1e-3 ASR, 2e-3 ST
+    warmup_updates: int = 10000  # paper: 10000
+    warmup_init_lr: float = 1e-7
+    max_updates: int = 50000  # paper: 50000
+    max_frames: int = 40000  # paper: 40000 "tokens" (input frames) per batch
+    update_freq: int = 8  # paper: 8
+    clip_norm: float = 10.0  # paper: 10
+    label_smoothing: float = 0.1  # paper: 0.1
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    ctc_weight: float = 0.0  # auxiliary encoder CTC loss (ESPnet-style); 0 in the paper
+    specaugment: bool = True
+    max_frames_train: int = 3000
+    max_target_tokens: int = 1024
+    eval_every: int = 1000
+    save_every: int = 1000
+    average_last: int = 5  # average of the last K saved snapshots
+    best_metric: str = "loss"  # loss | nll | wer | bleu | chrf
+    amp: str = "none"  # none | bf16 | fp16 (CUDA only for fp16)
+
+    def validate(self) -> None:
+        if self.best_metric not in LOWER_IS_BETTER:
+            raise ValueError(f"best_metric must be one of {sorted(LOWER_IS_BETTER)}, got {self.best_metric!r}")
+        if self.amp not in ("none", "bf16", "fp16"):
+            raise ValueError(f"amp must be none, bf16 or fp16, got {self.amp!r}")
+        for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class RunState:
+    """Everything beyond the weights that a resumed run needs."""
+
+    update: int = 0
+    epoch: int = 0
+    group_in_epoch: int = 0  # index of the next update-sized group of batches in this epoch
+    best: float | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def dist_info() -> tuple[int, int]:
+    """(rank, world_size); (0, 1) outside torchrun."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init_distributed() -> tuple[int, int, torch.device]:
+    """Initialise torch.distributed when launched by torchrun (NCCL on GPU, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    rank, world = dist_info()
+    return rank, world, device
+
+
+class Criterion(nn.Module):
+    """The model plus its training loss, as one module so that DistributedDataParallel wraps the
+    whole forward (DDP only synchronises gradients of computations run through its forward)."""
+
+    def __init__(self, model: nn.Module, label_smoothing: float, ctc_weight: float) -> None:
+        super().__init__()
+        self.model, self.label_smoothing, self.ctc_weight = model, label_smoothing, ctc_weight
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        """Summed loss of one batch: label-smoothed CE (+ ctc_weight * CTC), and its parts."""
+        enc = self.model.encode(batch.feats, batch.feat_lengths)
+        logits = self.model.decode(batch.prev_tokens, enc)
+        loss, nll = label_smoothed_nll_loss(logits, batch.target, self.label_smoothing, PAD_ID)
+        parts = {"nll": float(nll), "ce": float(loss)}
+        if self.ctc_weight > 0:
+            if enc.ctc_logits is None:
+                raise ValueError("ctc_weight > 0 but the model has no CTC head (set ctc_vocab_size)")
+            c = ctc_loss(enc.ctc_logits, enc.lengths, batch.target, batch.target_lengths, blank=BOS_ID)
+            parts["ctc"] = float(c)
+            # CTC is summed over labels without eos; rescale so both terms are per target token.
+            labels = batch.n_target_tokens - len(batch.ids)
+            loss = loss + self.ctc_weight * c * batch.n_target_tokens / max(1, labels)
+        return loss, parts
+
+
+@torch.no_grad()
+def dev_loss(model: nn.Module, dataset: SpeechDataset, max_frames: int, device: torch.device,
+             label_smoothing: float) -> dict[str, float]:
+    """Teacher-forced dev loss and nll per target token (nats), eval mode, no SpecAugment."""
+    core = model
+    was_training = core.training
+    core.eval()
+    total = nll_total = tokens = 0.0
+    for idx in batch_by_frames(dataset.n_frames, max_frames, shuffle=False):
+        batch = collate(dataset, idx).to(device)
+        logits = core.decode(batch.prev_tokens, core.encode(batch.feats, batch.feat_lengths))
+        loss, nll = label_smoothed_nll_loss(logits, batch.target, label_smoothing, PAD_ID)
+        total, nll_total, tokens = total + float(loss), nll_total + float(nll), tokens + batch.n_target_tokens
+    core.train(was_training)
+    return {"loss": total / tokens, "nll": nll_total / tokens}
+
+
+def _update_groups(train_ds: SpeechDataset, cfg: TrainConfig, epoch: int, world: int) -> list[list[list[int]]]:
+    """The epoch's batches, grouped per update: each group has ``update_freq * world`` batches
+    (the last, shorter group is dropped so every update has the same number of batches)."""
+    batches = batch_by_frames(train_ds.n_frames, cfg.max_frames, shuffle=True, seed=cfg.seed, epoch=epoch)
+    per_update = cfg.update_freq * world
+    return [batches[i:i + per_update] for i in range(0, len(batches) - per_update + 1, per_update)]
+
+
+def _batch_seed(*parts: int) -> int:
+    """A SpecAugment seed that depends only on the batch's place in the run (resume-safe)."""
+    seed = 0
+    for p in parts:
+        seed = (seed * 1_000_003 + p + 1) % (2**61 - 1)
+    return seed
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _try_resume(path: Path, fingerprint: str, config: dict, log: Callable[[str], None]) -> dict | None:
+    if not path.is_file():
+        return None
+    state = ckpt.load(path)
+    if state.get("fingerprint") == fingerprint:
+        return state
+    diff = ckpt.config_diff(state.get("config", {}), config)
+    stale = path.with_name(f"last.stale-{state.get('fingerprint', 'unknown')}.pt")
+    os.replace(path, stale)
+    log(f"NOT resuming {path}: it was made with a different config ({'; '.join(diff) or 'fingerprint differs'}); "
+        f"moved it to {stale.name} and starting from scratch")
+    return None
+
+
+def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: SpeechDataset, out_dir: Path, *,
+          run_config: dict[str, Any], evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+          device: torch.device | None = None, progress: bool = True, live: Any = None) -> dict[str, Any]:
+    """Train ``model`` in place; returns the final summary (also left in ``<out>/checkpoints``).
+
+    ``run_config`` is everything that defines the run (hyperparameters, model config, data
+    fingerprint, init checkpoint); its hash decides whether ``last.pt`` may be resumed.
+    ``evaluate(model) -> {"bleu": ...}`` adds decoding metrics to each evaluation.
+    ``live`` is a dvclive ``Live`` (or None), used on rank 0 only.
+    """
+    cfg.validate()
+    rank, world = dist_info()
+    device = device or torch.device("cpu")
+    say = (lambda msg: tqdm.write(msg)) if rank == 0 else (lambda msg: None)
+    ckpt_dir = Path(out_dir) / "checkpoints"
+    snap_dir = ckpt_dir / "snapshots"
+    if rank == 0:
+        snap_dir.mkdir(parents=True, exist_ok=True)
+    config = {"train": asdict(cfg), **run_config}
+    fp = ckpt.fingerprint(config)
+
+    model.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
+    resumed = _try_resume(ckpt_dir / "last.pt", fp, config, say) if rank == 0 or world == 1 else None
+    if world > 1:  # every rank resumes from what rank 0 found
+        obj = [resumed]
+        dist.broadcast_object_list(obj, src=0)
+        resumed = obj[0]
+    st = RunState()
+    if resumed is not None:
+        model.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        st = RunState(**resumed["run_state"])
+        _set_rng_state(resumed["rng"][rank] if world > 1 else resumed["rng"][0])
+        say(f"resumed from {ckpt_dir / 'last.pt'} at update {st.update}")
+    else:
+        torch.manual_seed(cfg.seed * 7919 + rank)  # dropout stream per rank
+        if rank == 0:
+            for old in snap_dir.glob("update_*.pt"):
+                old.unlink()
+    criterion = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
+    net = nn.parallel.DistributedDataParallel(criterion) if world > 1 else criterion
+    amp_dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.amp]
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp == "fp16")
+    specaug = SpecAugmentConfig() if cfg.specaugment else None
+
+    def gather_rng() -> list[dict]:
+        state = _rng_state()
+        if world == 1:
+            return [state]
+        out: list[Any] = [None] * world
+        dist.all_gather_object(out, state)
+        return out
+
+    def save_last() -> None:
+        rngs = gather_rng()
+        if rank != 0:
+            return
+        ckpt.save(ckpt_dir / "last.pt", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                         "run_state": asdict(st), "rng": rngs, "fingerprint": fp, "config": config})
+        ckpt.save(snap_dir / f"update_{st.update:07d}.pt", {"model": model.state_dict(), "update": st.update})
+        for old in sorted(snap_dir.glob("update_*.pt"))[:-cfg.average_last]:
+            old.unlink()
+
+    def run_eval() -> dict[str, float]:
+        metrics = {f"dev/{k}": v for k, v in dev_loss(model, dev_ds, cfg.max_frames, device, cfg.label_smoothing).items()}
+        if evaluate is not None and rank == 0:
+            model.eval()
+            metrics.update({f"dev/{k}": v for k, v in evaluate(model).items()})
+            model.train()
+        key = f"dev/{cfg.best_metric}"
+        if rank == 0 and key in metrics:
+            better = st.best is None or (metrics[key] < st.best if LOWER_IS_BETTER[cfg.best_metric] else metrics[key] > st.best)
+            if better:
+                st.best = metrics[key]
+                ckpt.save(ckpt_dir / "best.pt", {"model": model.state_dict(), "update": st.update, key: st.best})
+        return metrics
+
+    model.train()
+    bar = tqdm(total=cfg.max_updates, initial=st.update, desc=f"train {Path(out_dir).name}", unit="upd",
+               disable=not progress or rank != 0, dynamic_ncols=True)
+    frames_seen, t0 = 0, time.perf_counter()
+    while st.update < cfg.max_updates:
+        groups = _update_groups(train_ds, cfg, st.epoch, world)
+        if not groups:
+            raise ValueError(f"train set too small for one update: fewer than {cfg.update_freq * world} batches "
+                             f"of max_frames={cfg.max_frames}; lower update_freq or max_frames")
+        while st.group_in_epoch < len(groups) and st.update < cfg.max_updates:
+            group = groups[st.group_in_epoch]
+            mine = group[rank * cfg.update_freq:(rank + 1) * cfg.update_freq]
+            optimizer.zero_grad(set_to_none=True)
+            batches = []
+            for b, idx in enumerate(mine):
+                gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, st.epoch, st.group_in_epoch, rank, b))
+                batches.append(collate(train_ds, idx, specaugment=specaug, generator=gen).to(device))
+            tokens = torch.tensor(float(sum(x.n_target_tokens for x in batches)), device=device)
+            if world > 1:
+                dist.all_reduce(tokens)
+            logged: dict[str, float] = {}
+            for b, batch in enumerate(batches):
+                sync = b == len(batches) - 1 or world == 1
+                ctx = net.no_sync() if (world > 1 and not sync) else _nullcontext()
+                with ctx, torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    loss, parts = net(batch)
+                    if not math.isfinite(float(loss)):
+                        raise FloatingPointError(
+                            f"non-finite loss {float(loss)} at update {st.update + 1} (epoch {st.epoch}, batch of "
+                            f"{batch.ids[:3]}...); lower lr or check the data")
+                    scaler.scale(loss * world / tokens).backward()
+                for k, v in parts.items():
+                    logged[k] = logged.get(k, 0.0) + v
+                frames_seen += batch.n_frames
+            scaler.unscale_(optimizer)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm))
+            lr = inverse_sqrt_lr(st.update + 1, cfg.lr, cfg.warmup_updates, cfg.warmup_init_lr)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            scaler.step(optimizer)
+            scaler.update()
+            st.update += 1
+            st.group_in_epoch += 1
+            local_tokens = sum(x.n_target_tokens for x in batches)
+            train_loss = logged["ce"] / max(local_tokens, 1)
+            bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}",
+                            fps=f"{frames_seen / max(time.perf_counter() - t0, 1e-9):.0f}")
+            bar.update(1)
+            row = {"update": st.update, "train/loss": train_loss, "train/lr": lr, "train/grad_norm": grad_norm}
+            if "ctc" in logged:
+                row["train/ctc"] = logged["ctc"] / max(local_tokens - sum(len(x.ids) for x in batches), 1)
+            if st.update % cfg.eval_every == 0 or st.update == cfg.max_updates:
+                row.update(run_eval())
+                say(" ".join(f"{k}={v:.4g}" for k, v in row.items()))
+            if live is not None and rank == 0:
+                live.step = st.update
+                for k, v in row.items():
+                    if k != "update":
+                        live.log_metric(k, v)
+                live.next_step()
+            if "dev/loss" in row:
+                st.history.append(row)
+            if st.update % cfg.save_every == 0 or st.update == cfg.max_updates:
+                save_last()
+        if st.group_in_epoch >= len(groups):
+            st.epoch += 1
+            st.group_in_epoch = 0
+    bar.close()
+    if rank == 0:
+        snaps = sorted(snap_dir.glob("update_*.pt"))[-cfg.average_last:]
+        ckpt.save(ckpt_dir / "avg_last_k.pt", {"model": ckpt.average_state_dicts(snaps),
+                                               "updates": [int(p.stem.split("_")[1]) for p in snaps]})
+    return {"updates": st.update, "epochs_started": st.epoch + 1, "best": st.best, "history": st.history,
+            "fingerprint": fp}
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def clear_run(out_dir: Path) -> None:
+    """Remove a run's checkpoints (used by tests and by users who want a fresh start)."""
+    shutil.rmtree(Path(out_dir) / "checkpoints", ignore_errors=True)

@@ -1,0 +1,46 @@
+"""Training objectives and the learning-rate schedule (fairseq's S2T MuST-C recipe)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def label_smoothed_nll_loss(logits: Tensor, target: Tensor, epsilon: float, ignore_index: int) -> tuple[Tensor, Tensor]:
+    """fairseq's ``label_smoothed_cross_entropy``: summed over non-pad tokens (not averaged).
+
+    loss = (1 - eps - eps/(V-1)) * nll + eps/(V-1) * sum_v(-log p_v), as fairseq computes it.
+    Returns ``(loss_sum, nll_sum)`` in nats; divide by the token count for per-token values.
+    """
+    lprobs = F.log_softmax(logits.float(), dim=-1)  # (B, L, V)
+    target = target.unsqueeze(-1)
+    nll = -lprobs.gather(dim=-1, index=target.clamp_min(0))
+    smooth = -lprobs.sum(dim=-1, keepdim=True)
+    pad = target.eq(ignore_index)
+    nll = nll.masked_fill(pad, 0.0).sum()
+    smooth = smooth.masked_fill(pad, 0.0).sum()
+    eps_i = epsilon / (lprobs.size(-1) - 1)
+    loss = (1.0 - epsilon - eps_i) * nll + eps_i * smooth
+    return loss, nll
+
+
+def ctc_loss(ctc_logits: Tensor, enc_lengths: Tensor, target: Tensor, target_lengths: Tensor, blank: int) -> Tensor:
+    """Summed CTC loss of the encoder's CTC head against targets without the final eos.
+
+    ``target`` is the decoder target (ending with eos, padded); ``target_lengths`` counts the eos.
+    Utterances whose encoder output is shorter than the label sequence contribute 0 (zero_infinity).
+    """
+    lprobs = F.log_softmax(ctc_logits.float(), dim=-1).transpose(0, 1)  # (N, B, V)
+    lengths = target_lengths - 1  # drop eos
+    flat = torch.cat([target[b, : int(lengths[b])] for b in range(target.shape[0])])
+    return F.ctc_loss(lprobs, flat, enc_lengths, lengths, blank=blank, reduction="sum", zero_infinity=True)
+
+
+def inverse_sqrt_lr(update: int, lr: float, warmup_updates: int, warmup_init_lr: float = 1e-7) -> float:
+    """fairseq's ``inverse_sqrt``: linear warm-up from ``warmup_init_lr`` to ``lr`` over
+    ``warmup_updates`` updates, then ``lr * sqrt(warmup_updates / update)``. ``update`` is 1-based."""
+    if update < warmup_updates:
+        return warmup_init_lr + (lr - warmup_init_lr) * update / warmup_updates
+    return lr * math.sqrt(warmup_updates / max(update, 1))

@@ -1,0 +1,186 @@
+"""One training run as a pipeline stage sees it: data -> model -> train -> final model -> test metrics.
+
+Shared by the ``train_asr``, ``train_st`` (and local-attention) stages, which differ only in the
+task, the attention spec and where the encoder is initialised from. Outputs in ``out_dir``:
+
+    checkpoints/         last.pt (resume), best.pt, snapshots/, avg_last_k.pt
+    live/                dvclive logs (train loss, lr, dev loss, dev BLEU or WER per evaluation)
+    model.pt             the final model (``final_checkpoint``: avg_last_k | best | last) + its config
+    hyps.<split>.txt     detokenised test hypotheses, one per line, in manifest order
+and the metrics JSON at ``metrics_path``.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lib.data.dataset import SpeechDataset
+from lib.decode.beam_search import BeamSearchConfig, translate_dataset
+from lib.decode.metrics import bleu, bleu_signature, chrf, wer
+from lib.io import atomic_write_json, atomic_write_text
+from lib.model.s2t_transformer import S2TTransformer, model_config
+from lib.train import checkpoint as ckpt
+from lib.train.loop import TrainConfig, dist_info, train
+
+FINAL_CHECKPOINTS = {"avg_last_k": "avg_last_k.pt", "best": "best.pt", "last": "last.pt"}
+
+
+@dataclass
+class RunSpec:
+    task: str  # "asr" | "st"
+    pair: str
+    prepared_dir: Path
+    out_dir: Path
+    metrics_path: Path
+    train: TrainConfig
+    model_size: str = "demo"
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    encoder_attention: list[dict] | None = None
+    init_encoder: Path | None = None  # ST: the ASR model.pt
+    decode: BeamSearchConfig = field(default_factory=BeamSearchConfig)
+    dev_decode: BeamSearchConfig = field(default_factory=lambda: BeamSearchConfig(beam=1))
+    decode_batch_frames: int = 20000
+    final_checkpoint: str = "avg_last_k"
+    test_split: str = "tst-COMMON"
+    dev_split: str = "dev"
+    max_dev_decode: int = 200  # sentences decoded at each evaluation (greedy)
+
+
+def auto_device() -> torch.device:
+    """CUDA when available, else CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def file_digest(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(Path(p).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def score(task: str, hyps: list[str], refs: list[str]) -> dict[str, float]:
+    """ASR: WER (%). ST: sacreBLEU BLEU and chrF on detokenised text against raw references."""
+    if task == "asr":
+        return {"wer": round(wer(hyps, refs), 2)}
+    return {"bleu": round(bleu(hyps, refs), 2), "chrf": round(chrf(hyps, refs), 2)}
+
+
+def _truncate_live_logs(live_dir: Path, last_step: int) -> None:
+    """Drop dvclive rows logged after ``last_step`` (by a run killed after its last checkpoint),
+    so that a resumed run does not log those steps twice."""
+    for tsv in (live_dir / "plots").rglob("*.tsv") if (live_dir / "plots").exists() else []:
+        with open(tsv, encoding="utf-8", newline="") as f:
+            rows = list(csv.reader(f, delimiter="\t"))
+        if not rows:
+            continue
+        step_col = rows[0].index("step") if "step" in rows[0] else None
+        if step_col is None:
+            continue
+        kept = [rows[0]] + [r for r in rows[1:] if int(r[step_col]) <= last_step]
+        atomic_write_text(tsv, "".join("\t".join(r) + "\n" for r in kept))
+
+
+class _Subset:
+    """The first ``n`` items of a dataset (dev decoding during training stays cheap)."""
+
+    def __init__(self, ds: SpeechDataset, n: int) -> None:
+        self.ds, self.n = ds, min(n, len(ds))
+        self.n_frames = ds.n_frames[: self.n]
+        self.rows, self.targets = ds.rows[: self.n], ds.targets[: self.n]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def features(self, i: int) -> torch.Tensor:
+        return self.ds.features(i)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.ds.decode(ids)
+
+
+def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
+    """Train (or resume) and evaluate one model; returns the metrics written to ``metrics_path``."""
+    from dvclive import Live
+
+    rank, _ = dist_info()
+    device = auto_device()
+    cfg = spec.train
+    if spec.final_checkpoint not in FINAL_CHECKPOINTS:
+        raise ValueError(f"final_checkpoint must be one of {sorted(FINAL_CHECKPOINTS)}, got {spec.final_checkpoint!r}")
+    train_ds = SpeechDataset(spec.prepared_dir, "train", spec.task, max_frames=cfg.max_frames_train,
+                             max_target_tokens=cfg.max_target_tokens)
+    dev_ds = SpeechDataset(spec.prepared_dir, spec.dev_split, spec.task)
+    test_ds = SpeechDataset(spec.prepared_dir, spec.test_split, spec.task)
+
+    mcfg = model_config(spec.model_size, vocab_size=train_ds.vocab_size,
+                        ctc_vocab_size=train_ds.vocab_size if cfg.ctc_weight > 0 else None,
+                        encoder_attention=spec.encoder_attention, **spec.model_overrides)
+    torch.manual_seed(cfg.seed)  # parameter initialisation is a function of the seed
+    model = S2TTransformer(mcfg)
+    init_digest = None
+    if spec.init_encoder is not None:
+        state = ckpt.load(spec.init_encoder)
+        model.load_encoder_from(state["model"])
+        init_digest = file_digest(spec.init_encoder)
+
+    run_config = {
+        "task": spec.task, "model": mcfg.to_dict(), "init_encoder": init_digest,
+        "data": file_digest(spec.prepared_dir / "train.tsv", spec.prepared_dir / "dev.tsv",
+                            spec.prepared_dir / ("spm_asr.model" if spec.task == "asr" else "spm_st.model")),
+    }
+    refs_dev = [dev_ds.reference(i) for i in range(min(spec.max_dev_decode, len(dev_ds)))]
+    dev_subset = _Subset(dev_ds, spec.max_dev_decode)
+
+    def evaluate(m: torch.nn.Module) -> dict[str, float]:
+        hyps = translate_dataset(m, dev_subset, spec.decode_batch_frames, spec.dev_decode, device, progress=False)
+        return score(spec.task, hyps, refs_dev)
+
+    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    live = None
+    if rank == 0:
+        last = spec.out_dir / "checkpoints" / "last.pt"
+        resuming = last.is_file() and ckpt.load(last).get("fingerprint") == ckpt.fingerprint(
+            {"train": asdict(cfg), **run_config})
+        if resuming:
+            _truncate_live_logs(spec.out_dir / "live", ckpt.load(last)["run_state"]["update"])
+        live = Live(dir=str(spec.out_dir / "live"), resume=resuming, dvcyaml=False, save_dvc_exp=False, report=None)
+    t0 = time.perf_counter()
+    summary = train(model, cfg, train_ds, dev_ds, spec.out_dir, run_config=run_config, evaluate=evaluate,
+                    device=device, progress=progress, live=live)
+    train_seconds = time.perf_counter() - t0
+    if rank != 0:
+        return {}
+    if live is not None:
+        live.end()
+
+    final = ckpt.load(spec.out_dir / "checkpoints" / FINAL_CHECKPOINTS[spec.final_checkpoint])
+    model.load_state_dict(final["model"])
+    model.eval()
+    ckpt.save(spec.out_dir / "model.pt", {"model": model.state_dict(), "model_config": mcfg.to_dict(),
+                                          "task": spec.task, "pair": spec.pair, "checkpoint": spec.final_checkpoint})
+    t1 = time.perf_counter()
+    hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress)
+    decode_seconds = time.perf_counter() - t1
+    refs = [test_ds.reference(i) for i in range(len(test_ds))]
+    atomic_write_text(spec.out_dir / f"hyps.{spec.test_split}.txt", "".join(h + "\n" for h in hyps))
+    metrics: dict[str, Any] = {
+        **score(spec.task, hyps, refs),
+        "dev_best": summary["best"],
+        "updates": summary["updates"],
+        "sentences": len(hyps),
+        "params": model.num_parameters(),
+    }
+    if spec.task == "st":
+        metrics["bleu_signature"] = bleu_signature()
+    atomic_write_json(spec.metrics_path, metrics)
+    # Wall times vary run to run: kept out of the metrics so equal seeds give equal metrics files.
+    atomic_write_json(spec.out_dir / "timing.json", {"train_seconds": round(train_seconds, 1),
+                                                     "decode_seconds": round(decode_seconds, 1)})
+    return metrics

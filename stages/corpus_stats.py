@@ -1,0 +1,32 @@
+"""Stage `corpus_stats`: numbers and histograms of one prepared pair (durations, encoder length
+N after subsampling, target length), for comparison with the paper's MuST-C figures.
+
+    python stages/corpus_stats.py en-de
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from _common import ROOT, stage_params
+
+from lib.io import atomic_write_json
+from lib.report.corpus_stats import corpus_stats, plot_histograms
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pair")
+    args = ap.parse_args()
+    p = stage_params(args.pair)
+    prepared = ROOT / p.data.prepared_dir / args.pair
+    stats, arrays = corpus_stats(prepared, list(p.prepare.splits))
+    report = json.loads((prepared / "report.json").read_text(encoding="utf-8"))
+    stats["dropped"] = {split: r.get("dropped", {}) for split, r in report.get("splits", {}).items()}
+    plot_histograms(arrays, ROOT / "plots" / "corpus" / args.pair, title=f"{args.pair} ({p.data.mustc_root})")
+    atomic_write_json(ROOT / "metrics" / "corpus" / f"{args.pair}.json", stats)
+    print(json.dumps(stats))
+
+
+if __name__ == "__main__":
+    main()

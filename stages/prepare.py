@@ -1,0 +1,38 @@
+"""Stage `prepare`: fbank features, manifests and SentencePiece models for one language pair,
+read from the MuST-C v1 root in params (`data.mustc_root`: the demo corpus or a real copy).
+
+    python stages/prepare.py en-de
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from _common import ROOT, stage_params
+
+from lib.data.mustc import CorpusError
+from lib.data.prepare import PrepareConfig, prepare_pair
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pair")
+    args = ap.parse_args()
+    p = stage_params(args.pair)
+    q = p.prepare
+    cfg = PrepareConfig(splits=tuple(q.splits), n_mels=q.n_mels, min_frames=q.min_frames,
+                        max_frames_train=q.max_frames_train, asr_vocab_size=q.asr_vocab_size,
+                        st_vocab_size=q.st_vocab_size, workers=q.workers)
+    root = Path(p.data.mustc_root)
+    root = root if root.is_absolute() else ROOT / root
+    try:
+        report = prepare_pair(root, args.pair, ROOT / p.data.prepared_dir / args.pair, cfg)
+    except CorpusError as e:
+        sys.exit(f"error: {e}")
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""prepare_pair end to end on tiny corpora: manifests, stores, vocabularies, report, atomicity."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lib.data.prepare as prep
+from lib.data.features import fbank
+from lib.data.mustc import CorpusError, load_talk
+from lib.data.prepare import MANIFEST_COLUMNS, PrepareConfig, prepare_pair, read_manifest
+from lib.data.store import read_features
+from lib.data.vocab import load_sentencepiece
+
+SR = 16000
+
+
+def planted_spec(spec_factory, talk_factory) -> dict:
+    """The default spec plus a 4th train talk (ted_4; dev is then ted_5, tst-COMMON ted_6) with one too-short, one empty-text and one too-long segment
+    (too long for max_frames_train=150, i.e. > 1.5 s); dev gets a 2 s segment that must be kept."""
+    spec = spec_factory()
+    extra = talk_factory(2, 7, speaker="spk.5")
+    t = extra[-1]["offset"] + extra[-1]["duration"] + 0.1
+    extra += [
+        {"offset": round(t, 2), "duration": 0.05, "src": "uh", "tgt": "äh", "speaker": "spk.5"},  # 4 frames
+        {"offset": round(t + 0.2, 2), "duration": 0.6, "src": "applause", "tgt": "   ", "speaker": "spk.5"},
+        {"offset": round(t + 0.9, 2), "duration": 2.0, "src": "a very long one", "tgt": "ein sehr langes",
+         "speaker": "spk.5"},
+    ]
+    spec["train"].append(extra)
+    d = spec["dev"][0]
+    d.append({"offset": d[-1]["offset"] + d[-1]["duration"] + 0.1, "duration": 2.0, "src": "long dev",
+              "tgt": "langer dev", "speaker": "spk.3"})
+    return spec
+
+
+CFG = dict(max_frames_train=150, asr_vocab_size=40, st_vocab_size=45)
+
+
+@pytest.fixture
+def planted(tmp_path: Path, corpus_builder, spec_factory, talk_factory) -> Path:
+    return corpus_builder(tmp_path / "mustc", planted_spec(spec_factory, talk_factory))
+
+
+def test_end_to_end(planted: Path, tmp_path: Path) -> None:
+    out = tmp_path / "prepared" / "en-de"
+    report = prepare_pair(planted, "en-de", out, PrepareConfig(workers=1, **CFG), progress=False)
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["report.json", "spm_asr.model", "spm_st.model"]
+        + [f"{s}.{ext}" for s in ("train", "dev", "tst-COMMON") for ext in ("tsv", "fbank.npy")])
+    assert json.loads((out / "report.json").read_text()) == report
+
+    tr = report["splits"]["train"]
+    assert tr["segments"] == 16 and tr["kept"] == 13 and tr["talks"] == 4
+    assert tr["dropped"] == {"too_short": 1, "empty_text": 1, "too_long": 1}
+    dev = report["splits"]["dev"]
+    assert dev["segments"] == dev["kept"] == 4 and dev["dropped"] == {"too_short": 0, "empty_text": 0, "too_long": 0}
+    assert report["splits"]["tst-COMMON"]["kept"] == 3
+    assert report["vocab"]["asr"]["requested"] == 40 and report["vocab"]["st"]["requested"] == 45
+    for key, name in (("asr", "spm_asr.model"), ("st", "spm_st.model")):
+        sp = load_sentencepiece(out / name)
+        assert sp.get_piece_size() == report["vocab"][key]["actual"] <= report["vocab"][key]["requested"]
+    assert load_sentencepiece(out / "spm_st.model").encode("äh") != []
+
+    header = (out / "train.tsv").read_text(encoding="utf-8").split("\n")[0]
+    assert header == "\t".join(MANIFEST_COLUMNS) == "id\taudio\tn_frames\tsrc_text\ttgt_text\tspeaker"
+    rows = read_manifest(out / "train.tsv")
+    ids = [r["id"] for r in rows]
+    assert "ted_4_2" not in ids and "ted_4_3" not in ids and "ted_4_4" not in ids  # short, empty, long
+    assert ids[:4] == ["ted_1_0", "ted_1_1", "ted_1_2", "ted_1_3"] and ids[-2:] == ["ted_4_0", "ted_4_1"]
+    assert sum(int(r["n_frames"]) for r in rows) == tr["kept_frames"] == np.load(out / "train.fbank.npy").shape[0]
+
+    # every stored feature equals a direct fbank of the cut
+    from lib.data.mustc import read_split
+    segs = {s.id: s for s in read_split(planted, "en-de", "train")}
+    for r in rows:
+        seg = segs[r["id"]]
+        talk = load_talk(seg.wav)
+        wave = talk[round(seg.offset * SR): round((seg.offset + seg.duration) * SR)]
+        feats = read_features(out, r["audio"])
+        assert feats.shape == (int(r["n_frames"]), 80)
+        np.testing.assert_array_equal(feats, fbank(wave))
+        assert r["src_text"] == seg.src_text and r["tgt_text"] == seg.tgt_text and r["speaker"] == seg.speaker
+    dev_rows = read_manifest(out / "dev.tsv")
+    assert max(int(r["n_frames"]) for r in dev_rows) > 150  # too_long applies to train only
+    assert tr["kept_audio_seconds"] == pytest.approx(sum(segs[r["id"]].duration for r in rows), abs=1e-3)
+
+
+def test_workers_byte_identical(planted: Path, tmp_path: Path) -> None:
+    outs = []
+    for w in (1, 2):
+        out = tmp_path / f"w{w}"
+        prepare_pair(planted, "en-de", out, PrepareConfig(workers=w, **CFG), progress=False)
+        outs.append(out)
+    names = sorted(p.name for p in outs[0].iterdir())
+    assert names == sorted(p.name for p in outs[1].iterdir())
+    for n in names:
+        assert (outs[0] / n).read_bytes() == (outs[1] / n).read_bytes(), n
+
+
+def _leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_bad_corpus_leaves_no_out_dir(planted: Path, tmp_path: Path) -> None:
+    (planted / "en-de" / "data" / "dev" / "wav" / "ted_5.wav").write_bytes(b"\0garbage" * 100)
+    out = tmp_path / "prepared" / "en-de"
+    with pytest.raises(CorpusError, match="ted_5.wav"):
+        prepare_pair(planted, "en-de", out, PrepareConfig(workers=2, **CFG), progress=False)
+    assert not out.exists()
+    assert not (tmp_path / "prepared").exists() or _leftovers(tmp_path / "prepared") == []
+
+
+@pytest.mark.parametrize("where,workers", [("validation", 1), ("extraction", 1), ("extraction", 2)])
+def test_failure_keeps_existing_out_dir(planted: Path, tmp_path: Path, monkeypatch, where: str, workers: int) -> None:
+    out = tmp_path / "prepared" / "en-de"
+    prepare_pair(planted, "en-de", out, PrepareConfig(workers=1, **CFG), progress=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    wav = planted / "en-de" / "data" / "tst-COMMON" / "wav" / "ted_6.wav"
+    if where == "validation":
+        # truncated talk: its segments now run past its end
+        data = wav.read_bytes()
+        wav.write_bytes(data[: len(data) // 3])
+    else:
+        # the last talk of the last split fails to decode, after train/dev stores were written
+        # into the temporary folder (forked workers inherit the patched module attribute)
+        if workers > 1 and prep._start_method() != "fork":
+            pytest.skip("needs the fork start method to inject the failure into workers")
+        real = prep.load_talk
+
+        def failing(path, *a):
+            if Path(path).name == "ted_6.wav":
+                raise CorpusError(f"{path}: simulated decoding failure")
+            return real(path, *a)
+
+        monkeypatch.setattr(prep, "load_talk", failing)
+    match = "past the end of .*ted_6.wav" if where == "validation" else "ted_6.wav: simulated"
+    with pytest.raises(CorpusError, match=match):
+        prepare_pair(planted, "en-de", out, PrepareConfig(workers=workers, **CFG), progress=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert _leftovers(tmp_path / "prepared") == []
+
+
+def test_segment_past_end_fails_before_work(planted: Path, tmp_path: Path) -> None:
+    y = planted / "en-de" / "data" / "dev" / "txt" / "dev.yaml"
+    lines = y.read_text().split("\n")
+    lines[1] = lines[1].replace("offset: ", "offset: 10")  # 10x.xx s into a ~6 s talk
+    y.write_text("\n".join(lines))
+    with pytest.raises(CorpusError) as e:
+        prepare_pair(planted, "en-de", tmp_path / "o", PrepareConfig(workers=1, **CFG), progress=False)
+    assert "dev.yaml" in str(e.value) and "entry 1" in str(e.value) and "ted_5.wav" in str(e.value)
+    assert not (tmp_path / "o").exists()
+
+
+def test_8khz_talk_in_corpus(planted: Path, tmp_path: Path, audio_factory) -> None:
+    import soundfile as sf
+    wav = planted / "en-de" / "data" / "train" / "wav" / "ted_2.wav"
+    sf.write(wav, audio_factory(10.0, 0, sample_rate=8000), 8000, subtype="PCM_16")
+    with pytest.raises(CorpusError, match=r"ted_2\.wav.*8000"):
+        prepare_pair(planted, "en-de", tmp_path / "o", PrepareConfig(workers=1, **CFG), progress=False)
+
+
+def test_tab_in_text_is_an_error(planted: Path, tmp_path: Path) -> None:
+    p = planted / "en-de" / "data" / "train" / "txt" / "train.de"
+    lines = p.read_text(encoding="utf-8").split("\n")
+    lines[4] = lines[4].replace(" ", "\t", 1)
+    p.write_text("\n".join(lines), encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"train\.de:5"):
+        prepare_pair(planted, "en-de", tmp_path / "o", PrepareConfig(workers=1, **CFG), progress=False)
+
+
+def test_config_validation(planted: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="train_split"):
+        prepare_pair(planted, "en-de", tmp_path / "o", PrepareConfig(splits=("dev",), **CFG), progress=False)
+
+
+@pytest.mark.slow
+def test_spawn_start_method_gives_same_bytes(planted: Path, tmp_path: Path, monkeypatch) -> None:
+    """Workers get everything through their task arguments: spawn (no inherited state) works too."""
+    prepare_pair(planted, "en-de", tmp_path / "w1", PrepareConfig(workers=1, **CFG), progress=False)
+    monkeypatch.setattr(prep, "_start_method", lambda: "spawn")
+    prepare_pair(planted, "en-de", tmp_path / "sp", PrepareConfig(workers=2, **CFG), progress=False)
+    for p in (tmp_path / "w1").iterdir():
+        assert p.read_bytes() == (tmp_path / "sp" / p.name).read_bytes(), p.name
+
+
+class _StubPool:
+    """Runs tasks on .get(); records how many were submitted but not yet consumed."""
+
+    def __init__(self) -> None:
+        self.outstanding = 0
+        self.max_outstanding = 0
+
+    def apply_async(self, fn, args):
+        self.outstanding += 1
+        self.max_outstanding = max(self.max_outstanding, self.outstanding)
+        pool = self
+
+        class _Result:
+            def get(self):
+                pool.outstanding -= 1
+                return fn(*args)
+
+        return _Result()
+
+
+def test_in_flight_talks_are_bounded(monkeypatch) -> None:
+    monkeypatch.setattr(prep, "_extract_talk", lambda task: [task])
+    pool = _StubPool()
+    tasks = list(range(50))
+    got = []
+    for out in prep._features(tasks, pool, max_in_flight=4):
+        assert pool.outstanding <= 4
+        got.extend(out)
+    assert got == tasks and pool.max_outstanding == 4

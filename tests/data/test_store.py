@@ -1,0 +1,86 @@
+"""Feature store: one memory-mappable .npy per split, references '<file>:<start>:<n>'."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lib.data.store import FeatureStoreWriter, make_ref, parse_ref, read_features
+
+
+def _utts(seed: int = 0, lengths=(5, 17, 1, 40)) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((n, 80)).astype(np.float32) for n in lengths]
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    utts = _utts()
+    with FeatureStoreWriter(tmp_path / "train.fbank.npy", sum(len(u) for u in utts)) as w:
+        refs = [w.write(u) for u in utts]
+    assert refs == ["train.fbank.npy:0:5", "train.fbank.npy:5:17", "train.fbank.npy:22:1", "train.fbank.npy:23:40"]
+    for ref, u in zip(refs, utts):
+        got = read_features(tmp_path, ref)
+        assert got.dtype == np.float32 and got.flags.writeable
+        np.testing.assert_array_equal(got, u)
+    whole = np.load(tmp_path / "train.fbank.npy")
+    assert whole.shape == (63, 80) and whole.dtype == np.float32
+    np.testing.assert_array_equal(whole, np.concatenate(utts))
+
+
+def test_bytes_depend_on_content_only(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        with FeatureStoreWriter(tmp_path / name / "x.npy", 63) as w:
+            for u in _utts():
+                w.write(u)
+    assert (tmp_path / "a" / "x.npy").read_bytes() == (tmp_path / "b" / "x.npy").read_bytes()
+
+
+def test_count_is_checked(tmp_path: Path) -> None:
+    w = FeatureStoreWriter(tmp_path / "s.npy", 10)
+    w.write(np.zeros((6, 80), np.float32))
+    with pytest.raises(ValueError, match="overflows"):
+        w.write(np.zeros((5, 80), np.float32))
+    with pytest.raises(ValueError, match="wrote 6 frames"):
+        w.close()
+    with pytest.raises(ValueError, match="shape"):
+        with FeatureStoreWriter(tmp_path / "t.npy", 10) as w2:
+            w2.write(np.zeros((3, 40), np.float32))
+
+
+def test_exception_inside_with_is_not_masked(tmp_path: Path) -> None:
+    with pytest.raises(KeyError):
+        with FeatureStoreWriter(tmp_path / "s.npy", 10) as w:
+            w.write(np.zeros((2, 80), np.float32))
+            raise KeyError("boom")
+
+
+def test_empty_store(tmp_path: Path) -> None:
+    with FeatureStoreWriter(tmp_path / "e.npy", 0):
+        pass
+    assert np.load(tmp_path / "e.npy").shape == (0, 80)
+    assert read_features(tmp_path, "e.npy:0:0").shape == (0, 80)
+
+
+def test_bad_refs(tmp_path: Path) -> None:
+    with FeatureStoreWriter(tmp_path / "s.npy", 4) as w:
+        w.write(np.ones((4, 80), np.float32))
+    for ref in ("s.npy", "s.npy:1", "s.npy:a:2", ":0:1", "s.npy:-1:2"):
+        with pytest.raises(ValueError, match="malformed"):
+            read_features(tmp_path, ref)
+    with pytest.raises(ValueError, match="out of range"):
+        read_features(tmp_path, "s.npy:2:3")
+    assert parse_ref(make_ref("a:b.npy", 3, 4)) == ("a:b.npy", 3, 4)
+
+
+def test_replaced_file_is_reopened(tmp_path: Path) -> None:
+    with FeatureStoreWriter(tmp_path / "s.npy", 2) as w:
+        w.write(np.zeros((2, 80), np.float32))
+    assert read_features(tmp_path, "s.npy:0:2").sum() == 0
+    tmp = tmp_path / "new.npy"
+    with FeatureStoreWriter(tmp, 3) as w:
+        w.write(np.ones((3, 80), np.float32))
+    os.replace(tmp, tmp_path / "s.npy")
+    assert read_features(tmp_path, "s.npy:0:3").sum() == 3 * 80

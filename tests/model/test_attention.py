@@ -1,0 +1,207 @@
+"""Tests for the pluggable self-attention interface (lib/model/attention.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lib.model.attention import (
+    ATTENTION_VARIANTS,
+    AttentionOutput,
+    FullAttention,
+    SelfAttention,
+    build_attention,
+    register_attention,
+)
+
+D, H = 16, 2
+
+
+def _inputs(B: int = 3, N: int = 7, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, N, D, generator=g)
+    lengths = torch.tensor([N, N - 3, 1][:B])
+    mask = torch.arange(N)[None, :] >= lengths[:, None]
+    return x, mask, lengths
+
+
+def test_registry_has_full():
+    assert ATTENTION_VARIANTS["full"] is FullAttention
+    assert issubclass(FullAttention, SelfAttention)
+    assert FullAttention.needs_prev_attn is False
+
+
+def test_build_attention_full():
+    attn = build_attention({"type": "full"}, D, H, 0.1)
+    assert isinstance(attn, FullAttention)
+    assert attn.n_heads == H and attn.head_dim == D // H and attn.dropout == 0.1
+    names = {n for n, _ in attn.named_parameters()}
+    assert names == {f"{p}.{w}" for p in ("q_proj", "k_proj", "v_proj", "out_proj") for w in ("weight", "bias")}
+    for p in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        lin = getattr(attn, p)
+        assert lin.weight.shape == (D, D) and lin.bias.shape == (D,)
+
+
+@pytest.mark.parametrize(
+    "spec, needle",
+    [
+        ({"type": "nope"}, "nope"),
+        ({"window": 3}, "type"),
+        ({"type": "full", "window": 3}, "window"),
+        ({"type": "full", "foo": 1, "bar": 2}, "bar"),
+        ("full", "dict"),
+    ],
+)
+def test_build_attention_errors(spec, needle):
+    with pytest.raises(ValueError, match=needle):
+        build_attention(spec, D, H, 0.0)
+
+
+def test_build_attention_variant_keys(monkeypatch):
+    """Variant keys come from the subclass __init__: unknown / missing keys are named."""
+    monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+
+    @register_attention("windowed_toy")
+    class Windowed(FullAttention):
+        def __init__(self, d_model, n_heads, dropout, *, window: int, scale: float = 1.0):
+            super().__init__(d_model, n_heads, dropout)
+            self.window, self.scale = window, scale
+
+    a = build_attention({"type": "windowed_toy", "window": 13}, D, H, 0.0)
+    assert isinstance(a, Windowed) and a.window == 13 and a.scale == 1.0
+    with pytest.raises(ValueError, match="window"):
+        build_attention({"type": "windowed_toy"}, D, H, 0.0)
+    with pytest.raises(ValueError, match="proj_heads"):  # base-only params are not spec keys
+        build_attention({"type": "windowed_toy", "window": 3, "proj_heads": 4}, D, H, 0.0)
+
+
+def test_shapes_and_padding_weights():
+    attn = build_attention({"type": "full"}, D, H, 0.0).eval()
+    x, mask, lengths = _inputs()
+    res = attn(x, mask, need_weights=True)
+    assert isinstance(res, AttentionOutput)
+    assert res.out.shape == x.shape
+    w = res.weights
+    assert w.shape == (3, H, 7, 7)
+    assert torch.isfinite(w).all() and torch.isfinite(res.out).all()
+    # padded keys get exactly zero weight
+    assert (w.masked_select(mask[:, None, None, :].expand_as(w)) == 0).all()
+    # every row (padded queries included: finite bias -> no NaN) sums to 1
+    torch.testing.assert_close(w.sum(-1), torch.ones(3, H, 7))
+    assert attn(x, mask).weights is None
+
+
+def test_fast_path_equals_explicit_path():
+    attn = build_attention({"type": "full"}, D, H, 0.0).eval()
+    x, mask, lengths = _inputs()
+    fast = attn(x, mask).out
+    slow = attn(x, mask, need_weights=True).out
+    valid = ~mask
+    torch.testing.assert_close(fast[valid], slow[valid], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(attn(x, None).out, attn(x, None, need_weights=True).out, atol=1e-6, rtol=1e-5)
+
+
+def test_padding_invariance():
+    """A sequence's output does not depend on the padding appended to it."""
+    attn = build_attention({"type": "full"}, D, H, 0.0).eval()
+    x, mask, lengths = _inputs()
+    out = attn(x, mask).out
+    for b, n in enumerate(lengths.tolist()):
+        alone = attn(x[b : b + 1, :n], None).out
+        torch.testing.assert_close(out[b, :n], alone[0], atol=1e-5, rtol=1e-5)
+
+
+def test_dropout_train_vs_eval():
+    attn = build_attention({"type": "full"}, D, H, 0.5)
+    x, mask, _ = _inputs()
+    attn.eval()
+    torch.testing.assert_close(attn(x, mask).out, attn(x, mask).out)
+    attn.train()
+    torch.manual_seed(0)
+    a = attn(x, mask).out
+    torch.manual_seed(1)
+    b = attn(x, mask).out
+    assert not torch.allclose(a, b)
+    # returned weights are pre-dropout even in training
+    w = attn(x, mask, need_weights=True).weights
+    torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+
+
+def test_helpers_project_merge_roundtrip():
+    attn = build_attention({"type": "full"}, D, H, 0.0)
+    x, _, _ = _inputs()
+    q, k, v = attn._project(x)
+    assert q.shape == (3, H, 7, D // H)
+    torch.testing.assert_close(attn._merge(v), attn.v_proj(x))
+
+
+def test_subclass_overrides_only_attend(monkeypatch):
+    """A variant implementing only attend() gets projections/merge/out_proj for free and
+    receives prev_attn / task; weights only returned on request."""
+    monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+    seen = {}
+
+    @register_attention("uniform_toy")
+    class Uniform(SelfAttention):
+        needs_prev_attn = True
+
+        def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
+            seen.update(prev_attn=prev_attn, task=task)
+            B, _, N, _ = q.shape
+            w = torch.full((B, self.n_heads, N, N), 1.0 / N)
+            return self._weighted_sum(w, v), w
+
+    a = build_attention({"type": "uniform_toy"}, D, H, 0.0)
+    x, _, _ = _inputs()
+    task = torch.tensor([0, 1, 2])
+    prev = torch.rand(3, H, 7, 7)
+    res = a(x, None, prev_attn=prev, task=task)
+    assert res.weights is None and res.out.shape == x.shape
+    assert seen["prev_attn"] is prev and seen["task"] is task
+    expected = a.out_proj(a.v_proj(x).mean(1, keepdim=True)).expand_as(x)
+    torch.testing.assert_close(res.out, expected)
+
+
+def test_base_attend_is_abstract():
+    a = SelfAttention(D, H, 0.0)
+    with pytest.raises(NotImplementedError):
+        a(torch.randn(1, 3, D), None)
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match="divisible"):
+        SelfAttention(10, 3, 0.0)
+    with pytest.raises(ValueError, match="dropout"):
+        SelfAttention(D, H, 1.5)
+
+
+def test_proj_heads_candidate_pool():
+    """Head-selection hook: q/k/v project H' candidate heads, out_proj merges H heads."""
+    a = SelfAttention(D, H, 0.0, proj_heads=4)
+    assert a.q_proj.weight.shape == (4 * D // H, D) and a.out_proj.weight.shape == (D, D)
+    q, k, v = a._project(torch.randn(2, 5, D))
+    assert q.shape == (2, 4, 5, D // H)
+    assert a._merge(v[:, :H]).shape == (2, 5, D)
+
+
+def test_half_precision_mask_is_finite():
+    """Finite padding bias does not overflow in float16/bfloat16 (CPU bf16 as proxy)."""
+    attn = build_attention({"type": "full"}, D, H, 0.0).eval().to(torch.bfloat16)
+    x, mask, _ = _inputs()
+    res = attn(x.to(torch.bfloat16) * 10, mask, need_weights=True)
+    assert torch.isfinite(res.weights).all() and torch.isfinite(res.out).all()
+    w = res.weights
+    assert (w.masked_select(mask[:, None, None, :].expand_as(w)) == 0).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_fast_and_explicit_paths_agree():
+    attn = build_attention({"type": "full"}, D, H, 0.0).eval().cuda()
+    x, mask, _ = _inputs()
+    x, mask = x.cuda(), mask.cuda()
+    valid = ~mask
+    torch.testing.assert_close(attn(x, mask).out[valid], attn(x, mask, need_weights=True).out[valid], atol=1e-5, rtol=1e-4)
+    with torch.autocast("cuda", dtype=torch.float16):
+        res = attn(x, mask, need_weights=True)
+        fast = attn(x, mask)
+    assert torch.isfinite(res.weights).all() and torch.isfinite(fast.out).all()

@@ -1,0 +1,328 @@
+"""Tests for the S2T Transformer (lib/model/s2t_transformer.py); tiny config, CPU."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from lib.model.attention import ATTENTION_VARIANTS, FullAttention, register_attention
+from lib.model.s2t_transformer import (
+    MODEL_SIZES,
+    EncoderOutput,
+    ModelConfig,
+    S2TTransformer,
+    model_config,
+    subsampled_lengths,
+)
+
+V = 37
+PAD = 1
+
+
+def _model(seed: int = 0, **overrides) -> S2TTransformer:
+    torch.manual_seed(seed)
+    return S2TTransformer(model_config("tiny", vocab_size=V, **overrides)).eval()
+
+
+def _batch(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    feats = torch.randn(3, 41, 80, generator=g)
+    lengths = torch.tensor([41, 23, 9])
+    tokens = torch.randint(3, V, (3, 6), generator=g)
+    tokens[1, 4:] = PAD
+    tokens[2, 2:] = PAD
+    return feats, lengths, tokens
+
+
+# ---------------------------------------------------------------- config
+
+
+def test_model_config_sizes_and_errors():
+    assert set(MODEL_SIZES) >= {"s", "demo", "tiny"}
+    s = model_config("s", vocab_size=8000)
+    assert (s.d_model, s.n_heads, s.ffn_dim, s.encoder_layers, s.decoder_layers) == (256, 4, 2048, 12, 6)
+    assert (s.conv_channels, s.conv_kernel, s.n_mels) == (1024, 5, 80)
+    assert (s.dropout, s.attention_dropout, s.activation_dropout) == (0.1, 0.1, 0.1)
+    assert s.encoder_attention == [{"type": "full"}] * 12
+    demo = model_config("demo")
+    assert demo.encoder_layers == 12 and len(demo.encoder_attention) == 12
+    assert model_config("tiny", encoder_layers=3).encoder_attention == [{"type": "full"}] * 3
+    with pytest.raises(ValueError, match="huge"):
+        model_config("huge")
+    with pytest.raises(ValueError, match="d_modle"):
+        model_config("s", d_modle=3)
+    with pytest.raises(ValueError, match="2 specs"):
+        model_config("s", encoder_attention=[{"type": "full"}] * 2)
+    with pytest.raises(ValueError, match="bogus"):
+        S2TTransformer(model_config("tiny", encoder_attention=[{"type": "full"}, {"type": "bogus"}]))
+    assert ModelConfig.from_dict(s.to_dict()) == s
+
+
+def test_parameter_count_paper_scale():
+    """fairseq s2t_transformer_s, 8k vocabulary, no CTC head: analytic count."""
+    cfg = model_config("s", vocab_size=8000)
+    d, f, C, k, m, Vt = cfg.d_model, cfg.ffn_dim, cfg.conv_channels, cfg.conv_kernel, cfg.n_mels, cfg.vocab_size
+    conv = (m * C * k + C) + ((C // 2) * (2 * d) * k + 2 * d)
+    mha = 4 * (d * d + d)
+    ln = 2 * d
+    ffn = (d * f + f) + (f * d + d)
+    enc_layer = mha + ln + ffn + ln
+    dec_layer = mha + ln + mha + ln + ffn + ln
+    expected = (
+        conv
+        + cfg.encoder_layers * enc_layer
+        + ln  # final encoder LN
+        + Vt * d  # decoder input embedding (positions are sinusoidal: no parameters)
+        + cfg.decoder_layers * dec_layer
+        + ln  # final decoder LN
+        + d * Vt  # output projection, no bias, not tied
+    )
+    model = S2TTransformer(cfg)
+    assert model.num_parameters() == expected == 31_072_256
+    ctc = S2TTransformer(model_config("tiny", vocab_size=V, ctc_vocab_size=11))
+    assert ctc.num_parameters() - _model().num_parameters() == 16 * 11 + 11
+
+
+# ---------------------------------------------------------------- shapes / masks
+
+
+def test_shapes_and_lengths():
+    model = _model()
+    feats, lengths, tokens = _batch()
+    logits = model(feats, lengths, tokens)
+    assert logits.shape == (3, 6, V)
+    enc = model.encode(feats, lengths)
+    assert isinstance(enc, EncoderOutput)
+    n = (41 - 1) // 2 + 1
+    n = (n - 1) // 2 + 1
+    assert enc.out.shape == (3, n, 16)
+    assert enc.lengths.tolist() == [11, 6, 3] == subsampled_lengths(lengths).tolist()
+    assert enc.padding_mask.tolist() == (torch.arange(n)[None] >= enc.lengths[:, None]).tolist()
+    assert (enc.out[enc.padding_mask] == 0).all()
+    assert enc.layer_inputs is None and enc.attn_weights is None and enc.ctc_logits is None
+    assert torch.isfinite(logits).all()
+
+
+def test_need_weights_returns_every_layer():
+    model = _model(encoder_layers=3)
+    feats, lengths, _ = _batch()
+    enc = model.encode(feats, lengths, need_weights=True)
+    N = enc.out.size(1)
+    assert len(enc.attn_weights) == len(enc.layer_inputs) == 3
+    for w, xin in zip(enc.attn_weights, enc.layer_inputs):
+        assert w.shape == (3, 2, N, N) and xin.shape == (3, N, 16)
+        valid_q = ~enc.padding_mask
+        sums = w.sum(-1).permute(0, 2, 1)[valid_q]  # (n_valid, H)
+        torch.testing.assert_close(sums, torch.ones_like(sums))
+        assert (w.masked_select(enc.padding_mask[:, None, None, :].expand_as(w)) == 0).all()
+    # weights / inputs are those of the trained modules: recompute layer 1's attention block
+    layer = model.encoder.layers[1]
+    x = enc.layer_inputs[1]
+    a = layer.self_attn(layer.self_attn_layer_norm(x), enc.padding_mask, need_weights=True)
+    torch.testing.assert_close(a.weights, enc.attn_weights[1])
+    # and need_weights does not change the output
+    torch.testing.assert_close(enc.out, model.encode(feats, lengths).out, atol=1e-5, rtol=1e-5)
+
+
+def test_ctc_head():
+    model = _model(ctc_vocab_size=11)
+    feats, lengths, _ = _batch()
+    enc = model.encode(feats, lengths)
+    assert enc.ctc_logits.shape == (3, enc.out.size(1), 11)
+
+
+def test_causal_decoder():
+    """Changing a future token does not change earlier logits."""
+    model = _model()
+    feats, lengths, tokens = _batch()
+    a = model(feats, lengths, tokens)
+    t2 = tokens.clone()
+    t2[0, 4] = (t2[0, 4] + 1 - 3) % (V - 3) + 3
+    b = model(feats, lengths, t2)
+    torch.testing.assert_close(a[0, :4], b[0, :4])
+    assert not torch.allclose(a[0, 4:], b[0, 4:])
+
+
+def test_padding_invariance():
+    """A sample alone == the same sample inside a padded batch with a longer neighbour."""
+    model = _model(encoder_layers=2)
+    feats, lengths, tokens = _batch()
+    enc = model.encode(feats, lengths)
+    logits = model(feats, lengths, tokens)
+    tok_len = (tokens != PAD).sum(1)
+    for b in range(3):
+        T, L = int(lengths[b]), int(tok_len[b])
+        # garbage in padded frames must not matter either
+        f = feats[b : b + 1, :T]
+        enc1 = model.encode(f, lengths[b : b + 1])
+        n = int(enc.lengths[b])
+        assert enc1.out.shape[1] == n
+        torch.testing.assert_close(enc.out[b, :n], enc1.out[0], atol=1e-5, rtol=1e-5)
+        logits1 = model(f, lengths[b : b + 1], tokens[b : b + 1, :L])
+        torch.testing.assert_close(logits[b, :L], logits1[0], atol=1e-5, rtol=1e-5)
+    noisy = feats.clone()
+    for b in range(3):
+        noisy[b, int(lengths[b]) :] = 1e3
+    torch.testing.assert_close(model(noisy, lengths, tokens), logits, atol=1e-5, rtol=1e-5)
+
+
+def test_incremental_decoding_matches_full():
+    model = _model()
+    model.decoder.layers.append(type(model.decoder.layers[0])(model.cfg).eval())  # 2 layers
+    feats, lengths, _ = _batch()
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(3, V, (3, 7), generator=g)
+    enc = model.encode(feats, lengths)
+    full = model.decode(tokens, enc)
+    state: dict = {}
+    steps = [model.decode(tokens[:, : t + 1], enc, incremental_state=state) for t in range(7)]
+    inc = torch.cat(steps, dim=1)
+    assert steps[0].shape == (3, 1, V)
+    torch.testing.assert_close(inc, full, atol=1e-5, rtol=1e-5)
+
+
+def test_reorder_incremental_state():
+    model = _model()
+    feats, lengths, _ = _batch()
+    tokens = torch.randint(3, V, (3, 5), generator=torch.Generator().manual_seed(4))
+    enc = model.encode(feats, lengths)
+    order = torch.tensor([2, 0, 0])
+    state: dict = {}
+    for t in range(3):
+        model.decode(tokens[:, : t + 1], enc, incremental_state=state)
+    model.reorder_incremental_state(state, order)
+    enc_r = enc.reorder(order)
+    tok_r = tokens[order]
+    out = [model.decode(tok_r[:, : t + 1], enc_r, incremental_state=state) for t in range(3, 5)]
+    full = model.decode(tok_r, enc_r)
+    torch.testing.assert_close(torch.cat(out, 1), full[:, 3:5], atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- pluggable attention
+
+
+def test_prev_attn_and_task_reach_attention(monkeypatch):
+    """A toy variant with needs_prev_attn receives the previous layer's weights and task ids;
+    layers followed by full attention don't compute weights unless asked."""
+    monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+    calls = []
+
+    @register_attention("spy_full")
+    class SpyFull(FullAttention):
+        def attend(self, q, k, v, key_padding_mask, **kw):
+            ctx, w = super().attend(q, k, v, key_padding_mask, **kw)
+            calls.append(("full", kw["task"], kw["need_weights"], w))
+            return ctx, w
+
+    @register_attention("spy_prev")
+    class SpyPrev(FullAttention):
+        needs_prev_attn = True
+
+        def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
+            ctx, w = super().attend(q, k, v, key_padding_mask, need_weights=True)
+            calls.append(("prev", task, prev_attn, w))
+            return ctx, w
+
+    specs = [{"type": "spy_full"}, {"type": "spy_full"}, {"type": "spy_prev"}, {"type": "spy_prev"}]
+    model = _model(encoder_layers=4, encoder_attention=specs)
+    feats, lengths, tokens = _batch()
+    task = torch.tensor([2, 0, 1])
+    model(feats, lengths, tokens, task=task)
+    assert [c[0] for c in calls] == ["full", "full", "prev", "prev"]
+    assert all(c[1] is task for c in calls)
+    assert calls[0][2] is False and calls[0][3] is None  # layer 0: nobody needs its weights
+    assert calls[1][2] is True and calls[1][3] is not None  # layer 1 feeds layer 2
+    assert calls[2][2] is calls[1][3]  # layer 2 got layer 1's weights
+    assert calls[3][2] is calls[2][3]  # layer 3 got layer 2's (possibly smoothed) weights
+    # the first layer never gets prev_attn even if it asks for it
+    calls.clear()
+    model2 = _model(encoder_layers=2, encoder_attention=[{"type": "spy_prev"}, {"type": "spy_full"}])
+    model2.encode(feats, lengths)
+    assert calls[0][0] == "prev" and calls[0][2] is None
+
+
+def test_variant_checkpoint_compatible(monkeypatch):
+    """Same parameter names in every variant: a full-attention state dict loads unchanged."""
+    monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+
+    @register_attention("other_toy")
+    class Other(FullAttention):
+        pass
+
+    a = _model()
+    b = _model(seed=1, encoder_attention=[{"type": "other_toy"}, {"type": "full"}])
+    b.load_state_dict(a.state_dict(), strict=True)
+    assert isinstance(b.encoder.layers[0].self_attn, Other)
+
+
+# ---------------------------------------------------------------- checkpoints / modes
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model = _model(ctc_vocab_size=5)
+    feats, lengths, tokens = _batch()
+    path = tmp_path / "ckpt.pt"
+    torch.save({"config": model.cfg.to_dict(), "model": model.state_dict()}, path)
+    ckpt = torch.load(path, weights_only=True, map_location="cpu")
+    restored = S2TTransformer(ModelConfig.from_dict(ckpt["config"])).eval()
+    restored.load_state_dict(ckpt["model"])
+    torch.testing.assert_close(restored(feats, lengths, tokens), model(feats, lengths, tokens))
+
+
+def test_load_encoder_from_asr():
+    asr = _model(seed=1, ctc_vocab_size=7)
+    st = _model(seed=2)
+    feats, lengths, tokens = _batch()
+    dec_before = {k: v.clone() for k, v in st.decoder.state_dict().items()}
+    buf = io.BytesIO()
+    torch.save({"model": asr.state_dict()}, buf)
+    buf.seek(0)
+    report = st.load_encoder_from(torch.load(buf, weights_only=True))
+    assert "ctc_proj.weight" in report.skipped and report.missing == []
+    torch.testing.assert_close(st.encode(feats, lengths).out, asr.encode(feats, lengths).out)
+    for k, v in st.decoder.state_dict().items():
+        assert torch.equal(v, dec_before[k])
+    # bare encoder state dicts work too; mismatching ones are refused with the key named
+    st.load_encoder_from(asr.encoder.state_dict())
+    bigger = S2TTransformer(model_config("tiny", vocab_size=V, ffn_dim=48))
+    with pytest.raises(ValueError, match="fc1.weight"):
+        st.load_encoder_from(bigger.state_dict())
+
+
+def test_eval_is_deterministic_and_train_is_not():
+    model = _model()
+    feats, lengths, tokens = _batch()
+    torch.testing.assert_close(model(feats, lengths, tokens), model(feats, lengths, tokens), rtol=0, atol=0)
+    model.train()
+    torch.manual_seed(0)
+    a = model(feats, lengths, tokens)
+    torch.manual_seed(1)
+    b = model(feats, lengths, tokens)
+    assert not torch.allclose(a, b)
+
+
+def test_backward_and_padding_embedding():
+    model = _model(ctc_vocab_size=5).train()
+    feats, lengths, tokens = _batch()
+    logits = model(feats, lengths, tokens)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tokens.reshape(-1), ignore_index=PAD)
+    loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None and "ctc_proj" not in n]
+    assert missing == []
+    assert torch.equal(model.decoder.embed_tokens.weight[PAD], torch.zeros(16))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():
+    model = _model()
+    feats, lengths, tokens = _batch()
+    cpu = model(feats, lengths, tokens)
+    model.cuda()
+    gpu = model(feats.cuda(), lengths.cuda(), tokens.cuda())
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)
+    with torch.autocast("cuda", dtype=torch.float16):
+        enc = model.encode(feats.cuda(), lengths.cuda(), need_weights=True)
+        half = model(feats.cuda(), lengths.cuda(), tokens.cuda())
+    assert torch.isfinite(half).all() and all(torch.isfinite(w).all() for w in enc.attn_weights)

@@ -1,0 +1,126 @@
+"""End-to-end: the DVC pipeline on a tiny demo corpus, in a temporary copy of the repository.
+
+Checks what a user relies on: `dvc repro` builds the MuST-C layout, the prepared data, metrics and
+plots; a second `dvc repro` is a no-op; changing a param marks exactly the stages that read it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+TINY = {
+    "pairs": ["en-de", "en-es"],
+    "corpus": {"splits": {"train": 24, "dev": 6, "tst-COMMON": 6}, "segments_per_talk": 6, "n_speakers": 4,
+               "workers": 1},
+    "prepare": {"asr_vocab_size": 60, "st_vocab_size": 60, "workers": 1},
+}
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _copy_repo(dst: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / rel)
+
+
+@pytest.fixture(scope="module")
+def tiny_repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("repo")
+    _copy_repo(root)
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    (root / "params.yaml").write_text(yaml.safe_dump(_merge(params, TINY), sort_keys=False))
+    _run(["git", "init", "-q"], root)
+    _run(["git", "add", "-A"], root)
+    _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"], root)
+    _run(["dvc", "repro"], root)
+    return root
+
+
+@pytest.mark.slow
+def test_repro_builds_mustc_layout_and_prepared_data(tiny_repo: Path) -> None:
+    for pair, lang in (("en-de", "de"), ("en-es", "es")):
+        for split in ("train", "dev", "tst-COMMON"):
+            txt = tiny_repo / "data/mustc-demo" / pair / "data" / split / "txt"
+            entries = yaml.safe_load((txt / f"{split}.yaml").read_text())
+            en = (txt / f"{split}.en").read_text(encoding="utf-8").splitlines()
+            tgt = (txt / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+            assert len(entries) == len(en) == len(tgt) == TINY["corpus"]["splits"][split]
+            assert set(entries[0]) == {"duration", "offset", "rW", "uW", "speaker_id", "wav"}
+            assert (txt.parent / "wav" / entries[0]["wav"]).is_file()
+        prepared = tiny_repo / "data/prepared" / pair
+        report = json.loads((prepared / "report.json").read_text())
+        assert report["splits"]["train"]["kept"] > 0
+        for name in ("train.tsv", "dev.tsv", "tst-COMMON.tsv", "spm_asr.model", "spm_st.model"):
+            assert (prepared / name).is_file(), name
+        for png in ("durations.png", "encoder_length.png", "target_length.png"):
+            assert (tiny_repo / "plots/corpus" / pair / png).stat().st_size > 1000
+        stats = json.loads((tiny_repo / "metrics/corpus" / f"{pair}.json").read_text())
+        assert stats["train"]["segments"] == report["splits"]["train"]["kept"]
+
+
+@pytest.mark.slow
+def test_second_repro_is_noop_and_params_invalidate_only_dependents(tiny_repo: Path) -> None:
+    start = time.perf_counter()
+    out = _run(["dvc", "repro"], tiny_repo).stdout
+    elapsed = time.perf_counter() - start
+    assert "up to date" in out, out
+    print(f"second dvc repro (no-op): {elapsed:.2f} s")
+
+    params_path = tiny_repo / "params.yaml"
+    original = params_path.read_text()
+    try:
+        params = yaml.safe_load(original)
+        params["prepare"]["min_frames"] = 6
+        params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+        changed = set(json.loads(_run(["dvc", "status", "--json"], tiny_repo).stdout))
+        assert changed == {f"prepare@{p}" for p in TINY["pairs"]}, changed  # corpus untouched
+
+        params["corpus"]["noise_level"] = 0.002
+        params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+        changed = set(json.loads(_run(["dvc", "status", "--json"], tiny_repo).stdout))
+        assert {f"corpus@{p}" for p in TINY["pairs"]} <= changed
+    finally:
+        params_path.write_text(original)
+
+
+@pytest.mark.slow
+def test_corpus_is_byte_identical_for_same_params(tiny_repo: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run([sys.executable, "stages/corpus.py", "en-de", str(tmp_path)], cwd=tiny_repo, env=env,
+                   check=True, capture_output=True)
+    a = tiny_repo / "data/mustc-demo/en-de"
+    b = tmp_path / "en-de"
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert files_a == files_b
+    for rel in files_a:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
