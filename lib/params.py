@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from lib.train.loop import TrainConfig
+
 T = TypeVar("T")
 
 PAIR_PATTERN = re.compile(r"^en-[a-z]{2}$")
@@ -104,7 +106,12 @@ def _from_dict(cls: type[T], data: Any, prefix: str) -> T:
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)
     if validate is not None:
-        validate(prefix)
+        try:
+            validate(prefix)
+        except ParamError:
+            raise
+        except ValueError as e:
+            raise ParamError(str(e)) from None
     return obj
 
 
@@ -171,6 +178,57 @@ class PrepareParams:
 
 
 @dataclass(frozen=True)
+class ModelParams:
+    """``model``: a named size of lib/model/s2t_transformer.py (``s`` = the paper) plus overrides."""
+
+    size: str
+    overrides: dict[str, Any]
+
+    def validate(self, prefix: str) -> None:
+        from lib.model.s2t_transformer import MODEL_SIZES, ModelConfig
+
+        if self.size not in MODEL_SIZES:
+            raise ParamError(f"{prefix}.size: unknown size {self.size!r}; known: {sorted(MODEL_SIZES)}")
+        known = {f.name for f in dataclasses.fields(ModelConfig)} - {"vocab_size", "ctc_vocab_size",
+                                                                    "encoder_attention"}
+        unknown = sorted(set(self.overrides) - known)
+        if unknown:
+            raise ParamError(f"{prefix}.overrides: unknown key(s) {unknown}; known: {sorted(known)}")
+
+
+@dataclass(frozen=True)
+class DecodeParams:
+    """``decode``: beam search on tst-COMMON after training (paper: beam 5)."""
+
+    beam: int
+    len_penalty: float
+    max_len_a: float
+    max_len_b: int
+    batch_frames: int
+    final_checkpoint: str  # avg_last_k | best | last
+    dev_sentences: int  # dev sentences decoded (greedy) at each evaluation during training
+
+    def validate(self, prefix: str) -> None:
+        if self.beam < 1 or self.max_len_b < 1 or self.batch_frames < 1 or self.dev_sentences < 1:
+            raise ParamError(f"{prefix}: beam, max_len_b, batch_frames and dev_sentences must be >= 1")
+        if self.final_checkpoint not in ("avg_last_k", "best", "last"):
+            raise ParamError(f"{prefix}.final_checkpoint: expected avg_last_k, best or last, "
+                             f"got {self.final_checkpoint!r}")
+
+
+@dataclass(frozen=True)
+class LocalParams:
+    """``local``: the local-attention model (paper: layers 1-3 full, 4-12 local)."""
+
+    windows: list[int]  # [] = the windows written by select_windows; else one odd window per local layer
+
+    def validate(self, prefix: str) -> None:
+        for i, w in enumerate(self.windows):
+            if w < 1 or w % 2 == 0:
+                raise ParamError(f"{prefix}.windows[{i}]: window must be a positive odd integer, got {w}")
+
+
+@dataclass(frozen=True)
 class Params:
     """The sections of params.yaml that the implemented stages read."""
 
@@ -179,6 +237,11 @@ class Params:
     data: DataParams
     corpus: CorpusParams
     prepare: PrepareParams
+    model: ModelParams
+    train_asr: TrainConfig
+    train_st: TrainConfig
+    decode: DecodeParams
+    local: LocalParams
     extra: dict[str, Any] = field(default_factory=dict)  # sections owned by later stages
 
     def validate(self, prefix: str) -> None:

@@ -52,3 +52,31 @@ def test_not_yaml(tmp_path: Path) -> None:
     path.write_text("pairs: [en-de\n")
     with pytest.raises(ParamError, match="not valid YAML"):
         load_params(path)
+
+
+def test_paper_profile_has_the_papers_hyperparameters() -> None:
+    """Appendix B-C of the paper (fairseq s2t_transformer_s MuST-C recipe)."""
+    p = load_params(REPO / "profiles" / "paper.yaml")
+    assert p.model.size == "s" and p.model.overrides == {}
+    assert (p.prepare.asr_vocab_size, p.prepare.st_vocab_size) == (5000, 8000)
+    for section, lr in ((p.train_asr, 1e-3), (p.train_st, 2e-3)):
+        assert section.lr == lr
+        assert section.max_frames == 40000 and section.update_freq == 8
+        assert section.warmup_updates == 10000 and section.max_updates == 50000
+        assert section.clip_norm == 10.0 and section.label_smoothing == 0.1
+        assert section.ctc_weight == 0.0
+    assert p.decode.beam == 5
+
+
+def test_profile_and_params_have_the_same_keys() -> None:
+    """The paper profile must not drift from params.yaml's structure."""
+    def keys(d, prefix=""):
+        out = set()
+        for k, v in d.items():
+            out.add(prefix + k)
+            if isinstance(v, dict) and k not in ("splits", "overrides"):
+                out |= keys(v, prefix + k + ".")
+        return out
+    a = yaml.safe_load((REPO / "params.yaml").read_text())
+    b = yaml.safe_load((REPO / "profiles" / "paper.yaml").read_text())
+    assert keys(a) == keys(b)

@@ -19,11 +19,19 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
+TRAIN_TINY = {"max_updates": 3, "warmup_updates": 2, "max_frames": 2000, "eval_every": 2, "save_every": 1,
+              "average_last": 2}
 TINY = {
     "pairs": ["en-de", "en-es"],
+    "seeds": [1],
     "corpus": {"splits": {"train": 24, "dev": 6, "tst-COMMON": 6}, "segments_per_talk": 6, "n_speakers": 4,
                "workers": 1},
     "prepare": {"asr_vocab_size": 60, "st_vocab_size": 60, "workers": 1},
+    "model": {"size": "tiny", "overrides": {"encoder_layers": 4}},
+    "train_asr": TRAIN_TINY,
+    "train_st": TRAIN_TINY,
+    "decode": {"beam": 2, "max_len_b": 10, "dev_sentences": 3},
+    "analysis": {"samples": 3, "window_samples": 4, "full_layers": 2, "transparency_samples": 1},
 }
 
 
@@ -45,7 +53,10 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def _copy_repo(dst: Path) -> None:
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split("\0")
+    outputs = ("runs/", "reports/", "data/", "metrics/", "plots/")  # pipeline outputs: rebuilt by the run
     for rel in filter(None, files):
+        if rel.startswith(outputs) and not rel.endswith(".gitkeep"):
+            continue
         src = REPO / rel
         if src.is_file():
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -85,6 +96,33 @@ def test_repro_builds_mustc_layout_and_prepared_data(tiny_repo: Path) -> None:
             assert (tiny_repo / "plots/corpus" / pair / png).stat().st_size > 1000
         stats = json.loads((tiny_repo / "metrics/corpus" / f"{pair}.json").read_text())
         assert stats["train"]["segments"] == report["splits"]["train"]["kept"]
+
+
+@pytest.mark.slow
+def test_repro_trains_analyses_and_reports(tiny_repo: Path) -> None:
+    for pair in TINY["pairs"]:
+        asr = json.loads((tiny_repo / "metrics/asr" / f"{pair}.json").read_text())
+        assert 0 <= asr["wer"] and asr["updates"] == TRAIN_TINY["max_updates"]
+        for system in ("st", "local"):
+            m = json.loads((tiny_repo / "metrics" / system / pair / "seed1.json").read_text())
+            assert 0 <= m["bleu"] <= 100 and 0 <= m["chrf"] <= 100
+            hyps = (tiny_repo / "runs" / system / pair / "seed1" / "hyps.tst-COMMON.txt").read_text().splitlines()
+            assert len(hyps) == TINY["corpus"]["splits"]["tst-COMMON"]
+            assert list((tiny_repo / "runs" / system / pair / "seed1" / "live" / "plots" / "metrics").rglob("*.tsv"))
+        windows = json.loads((tiny_repo / "data/windows" / pair / "windows.json").read_text())
+        spec = windows["encoder_attention"]
+        assert len(spec) == 4 and [s["type"] for s in spec] == ["full", "full", "local", "local"]
+        assert all(s["window"] % 2 == 1 for s in spec if s["type"] == "local")
+        analysis = json.loads((tiny_repo / "metrics/analysis" / f"{pair}.json").read_text())
+        assert analysis
+        for png in ("fig1_spectrogram_contributions.png", "fig2_diagonality.png", "fig3_ccd_layers.png",
+                    "fig4_contributions.png"):
+            assert (tiny_repo / "plots/analysis" / pair / png).stat().st_size > 1000
+    summary = json.loads((tiny_repo / "metrics/summary.json").read_text())
+    assert set(summary) >= {f"{p}/{s}/bleu" for p in TINY["pairs"] for s in ("baseline", "local")}
+    assert all(isinstance(v, (int, float)) for v in summary.values())  # flat
+    report = (tiny_repo / "reports/report.md").read_text()
+    assert "Table 2" in report and "| en-de | local |" in report
 
 
 @pytest.mark.slow

@@ -62,14 +62,18 @@ class TrainConfig:
     best_metric: str = "loss"  # loss | nll | wer | bleu | chrf
     amp: str = "none"  # none | bf16 | fp16 (CUDA only for fp16)
 
-    def validate(self) -> None:
+    def validate(self, prefix: str = "train") -> None:
+        """ValueError naming ``<prefix>.<key>`` for an invalid value."""
         if self.best_metric not in LOWER_IS_BETTER:
-            raise ValueError(f"best_metric must be one of {sorted(LOWER_IS_BETTER)}, got {self.best_metric!r}")
+            raise ValueError(f"{prefix}.best_metric must be one of {sorted(LOWER_IS_BETTER)}, got {self.best_metric!r}")
         if self.amp not in ("none", "bf16", "fp16"):
-            raise ValueError(f"amp must be none, bf16 or fp16, got {self.amp!r}")
-        for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last"):
+            raise ValueError(f"{prefix}.amp must be none, bf16 or fp16, got {self.amp!r}")
+        for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",
+                     "warmup_updates"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"{prefix}.{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:
+            raise ValueError(f"{prefix}: lr and clip_norm must be > 0, label_smoothing in [0, 1), ctc_weight >= 0")
 
 
 @dataclass
@@ -118,12 +122,12 @@ class Criterion(nn.Module):
         enc = self.model.encode(batch.feats, batch.feat_lengths)
         logits = self.model.decode(batch.prev_tokens, enc)
         loss, nll = label_smoothed_nll_loss(logits, batch.target, self.label_smoothing, PAD_ID)
-        parts = {"nll": float(nll), "ce": float(loss)}
+        parts = {"nll": nll.detach().item(), "ce": loss.detach().item()}
         if self.ctc_weight > 0:
             if enc.ctc_logits is None:
                 raise ValueError("ctc_weight > 0 but the model has no CTC head (set ctc_vocab_size)")
             c = ctc_loss(enc.ctc_logits, enc.lengths, batch.target, batch.target_lengths, blank=BOS_ID)
-            parts["ctc"] = float(c)
+            parts["ctc"] = c.detach().item()
             # CTC is summed over labels without eos; rescale so both terms are per target token.
             labels = batch.n_target_tokens - len(batch.ids)
             loss = loss + self.ctc_weight * c * batch.n_target_tokens / max(1, labels)
@@ -248,9 +252,12 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
         rngs = gather_rng()
         if rank != 0:
             return
+        # Snapshot first, last.pt second: a kill between the two resumes from the previous last.pt
+        # and rewrites this snapshot identically, whereas the other order would resume past a
+        # snapshot that was never written (and avg_last_k.pt would average the wrong updates).
+        ckpt.save(snap_dir / f"update_{st.update:07d}.pt", {"model": model.state_dict(), "update": st.update})
         ckpt.save(ckpt_dir / "last.pt", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                          "run_state": asdict(st), "rng": rngs, "fingerprint": fp, "config": config})
-        ckpt.save(snap_dir / f"update_{st.update:07d}.pt", {"model": model.state_dict(), "update": st.update})
         for old in sorted(snap_dir.glob("update_*.pt"))[:-cfg.average_last]:
             old.unlink()
 
@@ -283,7 +290,11 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             optimizer.zero_grad(set_to_none=True)
             batches = []
             for b, idx in enumerate(mine):
-                gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, st.epoch, st.group_in_epoch, rank, b))
+                # Seeded by the batch's place in the update group (not by which rank holds it), so
+                # n ranks x update_freq k draw the same masks as 1 process x update_freq k * n;
+                # with one process this is the same seed as (rank=0, b).
+                pos = rank * cfg.update_freq + b
+                gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, st.epoch, st.group_in_epoch, 0, pos))
                 batches.append(collate(train_ds, idx, specaugment=specaug, generator=gen).to(device))
             tokens = torch.tensor(float(sum(x.n_target_tokens for x in batches)), device=device)
             if world > 1:
@@ -294,9 +305,9 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                 ctx = net.no_sync() if (world > 1 and not sync) else _nullcontext()
                 with ctx, torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                     loss, parts = net(batch)
-                    if not math.isfinite(float(loss)):
+                    if not math.isfinite(parts["ce"]) or not math.isfinite(parts.get("ctc", 0.0)):
                         raise FloatingPointError(
-                            f"non-finite loss {float(loss)} at update {st.update + 1} (epoch {st.epoch}, batch of "
+                            f"non-finite loss {parts} at update {st.update + 1} (epoch {st.epoch}, batch of "
                             f"{batch.ids[:3]}...); lower lr or check the data")
                     scaler.scale(loss * world / tokens).backward()
                 for k, v in parts.items():
@@ -304,7 +315,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                 frames_seen += batch.n_frames
             scaler.unscale_(optimizer)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm))
-            lr = inverse_sqrt_lr(st.update + 1, cfg.lr, cfg.warmup_updates, cfg.warmup_init_lr)
+            # fairseq sets the lr for update k from k - 1 completed updates (update 1 runs at warmup_init_lr).
+            lr = inverse_sqrt_lr(st.update, cfg.lr, cfg.warmup_updates, cfg.warmup_init_lr)
             for g in optimizer.param_groups:
                 g["lr"] = lr
             scaler.step(optimizer)

@@ -40,7 +40,8 @@ def ctc_loss(ctc_logits: Tensor, enc_lengths: Tensor, target: Tensor, target_len
 
 def inverse_sqrt_lr(update: int, lr: float, warmup_updates: int, warmup_init_lr: float = 1e-7) -> float:
     """fairseq's ``inverse_sqrt``: linear warm-up from ``warmup_init_lr`` to ``lr`` over
-    ``warmup_updates`` updates, then ``lr * sqrt(warmup_updates / update)``. ``update`` is 1-based."""
+    ``warmup_updates`` updates, then ``lr * sqrt(warmup_updates / update)``. ``update`` is the number of
+    updates completed so far (0 for the first update, as fairseq's ``lr_step(num_updates)``)."""
     if update < warmup_updates:
         return warmup_init_lr + (lr - warmup_init_lr) * update / warmup_updates
     return lr * math.sqrt(warmup_updates / max(update, 1))

@@ -109,7 +109,7 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     """Train (or resume) and evaluate one model; returns the metrics written to ``metrics_path``."""
     from dvclive import Live
 
-    rank, _ = dist_info()
+    rank, world = dist_info()
     device = auto_device()
     cfg = spec.train
     if spec.final_checkpoint not in FINAL_CHECKPOINTS:
@@ -132,6 +132,7 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
 
     run_config = {
         "task": spec.task, "model": mcfg.to_dict(), "init_encoder": init_digest,
+        "world_size": world,  # the data order per process depends on it: resume only with the same
         "data": file_digest(spec.prepared_dir / "train.tsv", spec.prepared_dir / "dev.tsv",
                             spec.prepared_dir / ("spm_asr.model" if spec.task == "asr" else "spm_st.model")),
     }

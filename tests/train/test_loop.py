@@ -1,0 +1,229 @@
+"""lib/train/loop.py: determinism, exact resume after a hard kill, stale checkpoints, NaN guard."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import _driver
+from lib.train import checkpoint as ckpt
+
+DRIVER = Path(_driver.__file__).resolve()
+
+
+def assert_same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert list(a) == list(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), f"{k} differs"
+
+
+def state_differs(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return any(not torch.equal(a[k], b[k]) for k in a)
+
+
+# ----------------------------------------------------------------------------- determinism
+
+
+def test_same_seed_gives_bit_identical_runs(prepared: Path, tmp_path: Path) -> None:
+    m1, s1 = _driver.run_training(prepared, tmp_path / "a")
+    m2, s2 = _driver.run_training(prepared, tmp_path / "b")
+    m3, s3 = _driver.run_training(prepared, tmp_path / "c", seed=2)
+    assert s1["updates"] == 8 and s1["epochs_started"] == 2  # crossed an epoch boundary
+    assert [r["update"] for r in s1["history"]] == [4, 8]
+    assert_same_state(m1.state_dict(), m2.state_dict())
+    assert s1["history"] == s2["history"] and s1["best"] == s2["best"]
+    for name in ("avg_last_k.pt", "best.pt", "last.pt"):
+        assert_same_state(ckpt.load(tmp_path / "a/checkpoints" / name)["model"],
+                          ckpt.load(tmp_path / "b/checkpoints" / name)["model"])
+    assert state_differs(m1.state_dict(), m3.state_dict())
+    assert s1["history"] != s3["history"]
+
+
+# ----------------------------------------------------------------------------- resume after SIGKILL
+
+
+def _start_driver(spec: dict, env_extra: dict[str, str]) -> tuple[subprocess.Popen, "queue.Queue[str | None]"]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **env_extra}
+    proc = subprocess.Popen([sys.executable, str(DRIVER), json.dumps(spec)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=str(DRIVER.parents[2]))
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc, lines
+
+
+def _read_until(lines: "queue.Queue[str | None]", marker: str, timeout: float) -> str:
+    """All output up to and including the first line containing ``marker``."""
+    out, deadline = [], time.monotonic() + timeout
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no {marker!r} within {timeout} s; output so far:\n{''.join(out)}") from None
+        if line is None:
+            raise AssertionError(f"driver exited before {marker!r}; output:\n{''.join(out)}")
+        out.append(line)
+        if marker in line:
+            return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
+    """Run A: 8 updates without interruption (one thread, like the driver)."""
+    out = tmp_path_factory.mktemp("uninterrupted")
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model, summary = _driver.run_training(prepared, out)
+    finally:
+        torch.set_num_threads(old)
+    return out, model.state_dict(), summary
+
+
+KILL_POINTS = {
+    # after update 5 (weights updated, nothing saved since last.pt of update 4)
+    "after_update_5": ("TRAIN_DRIVER_BLOCK_AT", "5", "BLOCKED at update 5"),
+    # in the middle of the checkpoint of update 6: just before its snapshot is written ...
+    "before_snapshot_6": ("TRAIN_DRIVER_BLOCK_IN_SAVE", "update_0000006.pt@6", "BLOCKED in save"),
+    # ... and just before its last.pt is written
+    "before_last_6": ("TRAIN_DRIVER_BLOCK_IN_SAVE", "last.pt@6", "BLOCKED in save"),
+}
+
+
+@pytest.mark.parametrize("kill_point", list(KILL_POINTS))
+def test_killed_run_resumes_to_the_uninterrupted_result(prepared: Path, tmp_path: Path, uninterrupted,
+                                                        kill_point: str) -> None:
+    """Run B is SIGKILLed at ``kill_point`` (save_every=2), then restarted on the same folder; it
+    must resume and end bit-identical to run A: weights, history, best.pt, the snapshots kept and
+    their average."""
+    out_a, state_a, summary_a = uninterrupted
+    env_key, env_value, marker = KILL_POINTS[kill_point]
+    out_b = tmp_path / "b"
+    spec = {"prepared": str(prepared), "out": str(out_b)}
+    proc, lines = _start_driver(spec, {env_key: env_value})
+    try:
+        _read_until(lines, marker, timeout=60)
+        killed_at = ckpt.load(out_b / "checkpoints/last.pt")["run_state"]["update"]
+        assert killed_at in (4, 6)
+        if kill_point == "after_update_5":
+            state = ckpt.load(out_b / "checkpoints/last.pt")["run_state"]
+            assert killed_at == 4 and state["epoch"] == 0 and state["group_in_epoch"] == 4
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not (out_b / "final.pt").exists()
+
+    proc, lines = _start_driver(spec, {})
+    try:
+        log = _read_until(lines, "DONE", timeout=60)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert f"resumed from {out_b / 'checkpoints' / 'last.pt'} at update {killed_at}" in log
+    done = [line for line in log.splitlines() if line.startswith("update ")]
+    assert done == [f"update {n}" for n in range(killed_at + 1, 9)], log  # continued, not restarted
+
+    final_b = torch.load(out_b / "final.pt", weights_only=True)
+    assert_same_state(state_a, final_b["model"])
+    assert final_b["summary"]["history"] == summary_a["history"]
+    assert final_b["summary"]["best"] == summary_a["best"]
+    assert final_b["summary"]["updates"] == 8
+    snaps = sorted(p.name for p in (out_b / "checkpoints/snapshots").glob("*.pt"))
+    assert snaps == sorted(p.name for p in (out_a / "checkpoints/snapshots").glob("*.pt"))
+    for name in ("avg_last_k.pt", "best.pt", "last.pt"):
+        a, b = ckpt.load(out_a / "checkpoints" / name), ckpt.load(out_b / "checkpoints" / name)
+        assert_same_state(a["model"], b["model"])
+        assert {k: v for k, v in a.items() if k not in ("model", "optimizer", "rng")} == \
+            {k: v for k, v in b.items() if k not in ("model", "optimizer", "rng")}, name
+    assert not list(out_b.rglob(".*.tmp-*"))  # no temporary file left behind
+
+
+def test_rerunning_a_finished_run_changes_nothing(prepared: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    overrides = {"max_updates": 3, "save_every": 3, "eval_every": 3}
+    m1, s1 = _driver.run_training(prepared, tmp_path / "a", train_overrides=overrides)
+    m2, s2 = _driver.run_training(prepared, tmp_path / "a", train_overrides=overrides)
+    assert "resumed from" in capsys.readouterr().out
+    assert_same_state(m1.state_dict(), m2.state_dict())
+    assert s1["history"] == s2["history"] and s2["updates"] == 3
+
+
+# ----------------------------------------------------------------------------- stale last.pt
+
+
+def test_last_pt_of_another_config_is_moved_aside(prepared: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    short = {"max_updates": 2, "save_every": 2, "eval_every": 2}
+    _driver.run_training(prepared, out, train_overrides={**short, "max_updates": 4})  # snapshots 2, 4
+    old_fp = ckpt.load(out / "checkpoints/last.pt")["fingerprint"]
+    capsys.readouterr()
+
+    changed = {**short, "lr": 1e-3}
+    model, summary = _driver.run_training(prepared, out, train_overrides=changed, model={"dropout": 0.2})
+    log = capsys.readouterr().out
+    assert "NOT resuming" in log and "resumed from" not in log
+    assert "train.lr: 0.002 -> 0.001" in log and "train.max_updates: 4 -> 2" in log
+    assert "model.dropout: 0.1 -> 0.2" in log
+    assert "starting from scratch" in log
+    stale = out / "checkpoints" / f"last.stale-{old_fp}.pt"
+    assert stale.is_file() and f"moved it to {stale.name}" in log
+    assert ckpt.load(stale)["fingerprint"] == old_fp
+    assert ckpt.load(out / "checkpoints/last.pt")["fingerprint"] == summary["fingerprint"] != old_fp
+
+    # from scratch == a fresh run of the new config in an empty folder
+    fresh, fresh_summary = _driver.run_training(prepared, tmp_path / "fresh", train_overrides=changed,
+                                                model={"dropout": 0.2})
+    assert_same_state(model.state_dict(), fresh.state_dict())
+    assert summary["history"] == fresh_summary["history"]
+    # the old run's snapshots are not averaged into the new run's avg_last_k.pt
+    snaps = sorted(p.name for p in (out / "checkpoints/snapshots").glob("*.pt"))
+    assert snaps == ["update_0000002.pt"]
+    assert ckpt.load(out / "checkpoints/avg_last_k.pt")["updates"] == [2]
+
+
+# ----------------------------------------------------------------------------- non-finite loss
+
+
+def test_non_finite_loss_stops_naming_the_update(prepared: Path, tmp_path: Path) -> None:
+    cfg = _driver.train_config(max_updates=6, eval_every=100, save_every=100)
+    net, train_ds, dev_ds, run_config = _driver.build(prepared)
+    real_decode, calls = net.decode, []
+
+    def decode(*args, **kwargs):  # inf logits from the 3rd training batch on
+        calls.append(1)
+        logits = real_decode(*args, **kwargs)
+        return logits * float("inf") if len(calls) >= 3 else logits
+
+    net.decode = decode
+    from lib.train.loop import train
+
+    with pytest.raises(FloatingPointError, match=r"non-finite loss .* at update 3 \(epoch 0"):
+        train(net, cfg, train_ds, dev_ds, tmp_path / "nan", run_config=run_config, progress=False)
+
+
+def test_huge_lr_diverges_into_floating_point_error(prepared: Path, tmp_path: Path) -> None:
+    with pytest.raises(FloatingPointError, match=r"at update \d+"):
+        _driver.run_training(prepared, tmp_path / "huge", train_overrides={
+            "lr": 1e30, "warmup_updates": 1, "clip_norm": 1e30, "max_updates": 8, "eval_every": 100,
+            "save_every": 100})

@@ -1,0 +1,141 @@
+"""Learning-rate schedule and training losses against hand computations."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lib.train.objectives import ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss
+
+PAD = 1
+
+
+# ----------------------------------------------------------------------------- inverse_sqrt
+
+
+def test_inverse_sqrt_warmup_is_linear_from_init_lr() -> None:
+    lr, warm, init = 2e-3, 10, 1e-7
+    for u in range(1, warm):
+        assert inverse_sqrt_lr(u, lr, warm, init) == pytest.approx(init + (lr - init) * u / warm, rel=1e-12)
+    assert inverse_sqrt_lr(0, lr, warm, init) == pytest.approx(init)
+    values = [inverse_sqrt_lr(u, lr, warm, init) for u in range(1, warm + 1)]
+    assert values == sorted(values)  # increasing during warm-up
+
+
+def test_inverse_sqrt_peak_and_decay() -> None:
+    lr, warm = 1e-3, 10000
+    assert inverse_sqrt_lr(warm, lr, warm) == pytest.approx(lr, rel=1e-12)
+    assert inverse_sqrt_lr(4 * warm, lr, warm) == pytest.approx(lr / 2, rel=1e-12)
+    assert inverse_sqrt_lr(50000, lr, warm) == pytest.approx(lr * math.sqrt(10000 / 50000), rel=1e-12)
+    # continuous at the end of warm-up
+    assert inverse_sqrt_lr(warm - 1, lr, warm) == pytest.approx(lr, rel=2e-4)
+    assert inverse_sqrt_lr(warm + 1, lr, warm) < lr
+
+
+# ----------------------------------------------------------------------------- label smoothing
+
+
+def _hand_label_smoothed(logits: torch.Tensor, target: torch.Tensor, eps: float) -> tuple[float, float]:
+    """Token by token in float64: the smoothed target distribution q puts 1 - eps on the gold
+    token and eps / (V - 1) on each other token; loss = -sum_v q_v log p_v (fairseq's formula,
+    written differently), nll = -log p_gold; pad targets skipped."""
+    V = logits.shape[-1]
+    loss = nll = 0.0
+    for b in range(target.shape[0]):
+        for t in range(target.shape[1]):
+            y = int(target[b, t])
+            if y == PAD:
+                continue
+            logp = torch.log_softmax(logits[b, t].double(), dim=-1).tolist()
+            q = [eps / (V - 1)] * V
+            q[y] = 1.0 - eps
+            loss -= sum(qv * lp for qv, lp in zip(q, logp))
+            nll -= logp[y]
+    return loss, nll
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_label_smoothed_loss_matches_hand_computation(eps: float) -> None:
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 7, generator=g) * 3
+    target = torch.randint(2, 7, (3, 5), generator=g)
+    target[0, 3:] = PAD
+    target[2, 1:] = PAD
+    loss, nll = label_smoothed_nll_loss(logits, target, eps, PAD)
+    hand_loss, hand_nll = _hand_label_smoothed(logits, target, eps)
+    assert float(loss) == pytest.approx(hand_loss, rel=1e-5)
+    assert float(nll) == pytest.approx(hand_nll, rel=1e-5)
+    if eps == 0.0:
+        ref = F.cross_entropy(logits.reshape(-1, 7), target.reshape(-1), ignore_index=PAD, reduction="sum")
+        assert float(loss) == pytest.approx(float(ref), rel=1e-6)
+
+
+def test_label_smoothed_loss_ignores_pad_positions() -> None:
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 4, 6, generator=g)
+    target = torch.tensor([[4, 5, 2, PAD], [3, 2, PAD, PAD]])
+    loss, nll = label_smoothed_nll_loss(logits, target, 0.1, PAD)
+    wild = logits.clone()
+    wild[target == PAD] = torch.randn(int((target == PAD).sum()), 6, generator=g) * 100
+    loss2, nll2 = label_smoothed_nll_loss(wild, target, 0.1, PAD)
+    assert torch.equal(loss, loss2) and torch.equal(nll, nll2)
+    # == the sum over each sentence without its padding
+    parts = [label_smoothed_nll_loss(logits[b:b + 1, :n], target[b:b + 1, :n], 0.1, PAD) for b, n in ((0, 3), (1, 2))]
+    assert float(loss) == pytest.approx(sum(float(p[0]) for p in parts), rel=1e-6)
+    # gradients never reach padded positions
+    x = logits.clone().requires_grad_(True)
+    label_smoothed_nll_loss(x, target, 0.1, PAD)[0].backward()
+    assert torch.all(x.grad[target == PAD] == 0)
+    assert torch.all(x.grad[target != PAD].abs().sum(-1) > 0)
+
+
+def test_label_smoothed_loss_is_float32_for_half_logits() -> None:
+    logits = torch.randn(1, 3, 5).to(torch.bfloat16)
+    loss, nll = label_smoothed_nll_loss(logits, torch.tensor([[2, 3, 4]]), 0.1, PAD)
+    assert loss.dtype == torch.float32 and nll.dtype == torch.float32
+
+
+# ----------------------------------------------------------------------------- CTC
+
+
+def _ctc_inputs(enc_lengths: list[int], label_lengths: list[int], V: int = 6, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    B, N = len(enc_lengths), max(enc_lengths)
+    logits = torch.randn(B, N, V, generator=g)
+    L = max(label_lengths) + 1
+    target = torch.full((B, L), PAD, dtype=torch.long)
+    for b, n in enumerate(label_lengths):
+        target[b, :n] = torch.randint(3, V, (n,), generator=g)  # no blank (0), pad (1) or eos (2)
+        target[b, n] = 2  # eos
+    return logits, torch.tensor(enc_lengths), target, torch.tensor([n + 1 for n in label_lengths])
+
+
+def test_ctc_loss_finite_and_matches_torch_per_utterance() -> None:
+    logits, enc_len, target, tlen = _ctc_inputs([10, 7], [4, 3])
+    x = logits.clone().requires_grad_(True)
+    loss = ctc_loss(x, enc_len, target, tlen, blank=0)
+    assert math.isfinite(loss.item()) and loss.item() > 0
+    loss.backward()
+    assert torch.isfinite(x.grad).all()
+    per = 0.0
+    for b in range(2):
+        lp = torch.log_softmax(logits[b, : int(enc_len[b])], -1)[:, None]
+        lab = target[b, : int(tlen[b]) - 1][None]  # eos dropped
+        per += float(F.ctc_loss(lp, lab, enc_len[b:b + 1], tlen[b:b + 1] - 1, blank=0, reduction="sum"))
+    assert loss.item() == pytest.approx(per, rel=1e-5)
+
+
+def test_ctc_loss_zero_infinity_drops_impossible_utterances() -> None:
+    """An utterance whose encoder output is shorter than its labels (impossible alignment)
+    contributes 0 instead of inf; the batch loss equals that of the feasible utterance."""
+    logits, enc_len, target, tlen = _ctc_inputs([10, 2], [4, 5])
+    x = logits.clone().requires_grad_(True)
+    loss = ctc_loss(x, enc_len, target, tlen, blank=0)
+    alone = ctc_loss(logits[:1], enc_len[:1], target[:1], tlen[:1], blank=0)
+    assert math.isfinite(loss.item())
+    assert loss.item() == pytest.approx(alone.item(), rel=1e-6)
+    loss.backward()
+    assert torch.isfinite(x.grad).all()
+    assert torch.all(x.grad[1] == 0)
