@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -63,27 +65,33 @@ SIZE = "s"  # paper size: d = 256, 4 heads, FFN 2048, 12 encoder layers
 DEFAULT_NS = (166, 512, 1052)
 DEFAULT_OP_WINDOWS = (5, 13, 25)
 WARMUP_N = 32  # sequence length of the memory child's fwd+bwd warm-up
-# --quick: a smoke test of the whole benchmark (its ratios are noisy): encoder memory only at N = 512.
+# --quick: a smoke test of the whole benchmark (its ratios are noisy): encoder memory only at N = 512,
+# encoder warm-up at N = WARMUP_N only.
 QUICK = {"ns": (166, 512), "op_windows": (13,), "op_reps": 3, "encoder_reps": 1}
 
 METHOD_NOTES = [
-    "Time: median wall time (time.perf_counter) of one step over the repetitions, after warm-up "
-    "(op: 2 warm-ups; encoder: one fwd+bwd per configuration, which also warms the forward), in the main process; the methods / configurations of one "
-    "(N, w) / N are timed interleaved round-robin so that load from other processes hits them alike. "
-    "fwd = forward under torch.no_grad; fwd+bwd = forward + torch.autograd.grad with a fixed upstream "
-    "gradient (op: w.r.t. q, k, v; encoder: w.r.t. the input and every parameter). Eval mode, no dropout.",
+    "Time: median wall time (time.perf_counter) of one step over the repetitions, in the main process, "
+    "after warm-up (op: 2 per method; encoder: one fwd+bwd per configuration at full size, which also warms "
+    "the forward; --quick: at N = 32). The methods / configurations of one (N, w) / N are timed interleaved "
+    "round-robin so that load from other processes hits them alike. fwd = forward under torch.no_grad; "
+    "fwd+bwd = forward + torch.autograd.grad with a fixed upstream gradient (op: w.r.t. q, k, v; encoder: "
+    "w.r.t. the input and every parameter). Eval mode, no dropout. torch's default thread count.",
     "Memory: every (method, N, w) of the op and every (configuration, N) of the encoder runs once more in "
     "a fresh subprocess (MALLOC_MMAP_THRESHOLD_=65536, so large tensors are mmapped and returned on free); "
     "after warm-up, peak extra memory = VmHWM after the step (peak mark reset through /proc/self/clear_refs) "
     "minus VmRSS before it: temporaries, saved activations, output and gradients beyond the inputs "
-    "(and, for the encoder, beyond the weights).",
+    "(and, for the encoder, beyond the weights). Encoder child warm-up: fwd at full size, fwd+bwd at N = 32.",
     "Encoder input: (B, N, d) random, all-False padding mask (what S2TTransformerEncoder passes: full layers "
-    "call SDPA with a (B, 1, 1, N) zero bias, local layers local_attention with the mask); the conv "
-    "subsampler and final layer norm are left out (identical for both).",
+    "call SDPA with a (B, 1, 1, N) zero bias -- about 2 % slower than no mask for the op at N = 1052 -- local "
+    "layers local_attention with the mask); the conv subsampler and final layer norm are left out "
+    "(identical for both).",
     "FLOP bound: multiply-adds of q/k/v/out projections 4 N d^2, FFN 2 N d f and attention 2 N N_eff d per "
     "layer; N_eff = N (full), w (local, ideal) or blk + w - 1 (local, what the blocked kernel computes: impl. "
-    "bound); layer norm / softmax / ReLU / bias / residual not counted (< 1 % of the MACs, listed above); "
+    "bound); layer norm / softmax / ReLU / bias / residual not counted (< 2 % of the MACs, listed above); "
     "the backward is 2x the forward for every term, so the bound holds for fwd and fwd+bwd alike.",
+    "Load: os.getloadavg() at start / end, and the CPU share of the encoder timing loops (process CPU time "
+    "/ (wall x threads)); contention from other processes slows the local kernel (many small parallel "
+    "regions) much more than SDPA, so a run on a busy machine is flagged.",
 ]
 
 
@@ -164,27 +172,56 @@ def measure_encoder_memory(specs: list[dict], n: int) -> dict:
 
 
 def run_encoder(configs: dict[str, list[dict]], ns: Sequence[int], reps: int, *,
-                memory_ns: Sequence[int] | None = None, log=print) -> list[dict]:
+                memory_ns: Sequence[int] | None = None, full_warmup: bool = True, log=print) -> list[dict]:
     """Time every configuration at every N; peak memory (fresh subprocesses) at ``memory_ns``
-    (default: every N; rows elsewhere get ``"mem": None``)."""
+    (default: every N; rows elsewhere get ``"mem": None``).  ``full_warmup=False`` (quick mode)
+    warms up at N = WARMUP_N instead of full size: faster, but the first timed call of each
+    configuration then runs ~10 % slow."""
     memory_ns = set(ns if memory_ns is None else memory_ns)
     stacks = build_stacks(configs)
     d = next(iter(stacks.values())).cfg.d_model
     rows = []
     for n in ns:
         inputs = encoder_inputs(n, d)
-        for stack in stacks.values():  # one fwd+bwd warm-up per stack at full size (covers the forward)
-            enc_step_fwdbwd(stack, *inputs)
-        fwd = op_bench.time_interleaved(enc_step_fwd, stacks, inputs, reps, warmup=0)
-        fb = op_bench.time_interleaved(enc_step_fwdbwd, stacks, inputs, reps, warmup=0)
+        warm = inputs if full_warmup else encoder_inputs(min(n, WARMUP_N), d)
+        for stack in stacks.values():  # one fwd+bwd warm-up per stack (covers the forward)
+            enc_step_fwdbwd(stack, *warm)
+        del warm
+        with CpuShare() as share:
+            fwd = op_bench.time_interleaved(enc_step_fwd, stacks, inputs, reps, warmup=0)
+            fb = op_bench.time_interleaved(enc_step_fwdbwd, stacks, inputs, reps, warmup=0)
         del inputs
         for name, specs in configs.items():
             rows.append({"N": n, "config": name, "fwd": fwd[name], "fwdbwd": fb[name],
+                         "cpu_share": round(share.value, 3),
                          "mem": measure_encoder_memory(specs, n) if n in memory_ns else None})
         log(f"  encoder N={n}: " + ", ".join(
             f"{c} fwd {fwd[c]['median_ms']:.0f} / fwd+bwd {fb[c]['median_ms']:.0f} ms" for c in configs)
-            + f"  (load {_load()})")
+            + f"  (CPU share {share.value:.2f}, load {_load()})")
     return rows
+
+
+class CpuShare:
+    """CPU time this process got during a block / (wall time x torch threads).
+
+    Close to 1 when the timed steps ran alone on ``torch.get_num_threads()`` cores; clearly lower
+    when other processes took cores away (no subprocesses may run inside the block).
+    """
+
+    value: float = math.nan
+
+    @staticmethod
+    def _cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def __enter__(self) -> CpuShare:
+        self._t0, self._c0 = time.perf_counter(), self._cpu()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall = time.perf_counter() - self._t0
+        self.value = (self._cpu() - self._c0) / max(wall * torch.get_num_threads(), 1e-9)
 
 
 # ----------------------------------------------------------------------------------------------- driver
@@ -238,7 +275,7 @@ def run_benchmark(*, ns: Sequence[int] = DEFAULT_NS, op_windows: Sequence[int] =
     log("whole encoder ...")
     # quick: encoder memory at the largest N only (each child costs a full fwd + fwd+bwd).
     memory_ns = [max(ns)] if quick else list(ns)
-    enc_rows = run_encoder(configs, ns, encoder_reps, memory_ns=memory_ns, log=log)
+    enc_rows = run_encoder(configs, ns, encoder_reps, memory_ns=memory_ns, full_warmup=not quick, log=log)
     meta = {
         "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
         "cpu": platform.processor() or platform.machine(), "batch": BATCH, "d_model": cfg.d_model,

@@ -267,7 +267,7 @@ def main(argv=None) -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "batch": BATCH,
                 "d_model": D_MODEL, "heads": HEADS, "dtype": "float32", "device": "cpu", "reps": reps,
-                "memory_method": "ru_maxrss delta in a fresh subprocess, MALLOC_MMAP_THRESHOLD_=65536"}
+                "memory_method": "VmHWM after the step (peak reset via /proc/self/clear_refs) minus VmRSS before it, in a fresh subprocess, MALLOC_MMAP_THRESHOLD_=65536"}
         args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         print(f"wrote {args.json}")
 

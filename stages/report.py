@@ -6,7 +6,9 @@ flat `metrics/summary.json`.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 
 from _common import ROOT, stage_params
@@ -26,12 +28,16 @@ def _images(folder: Path) -> str:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     p = stage_params()
     scores, sig = [], {}
-    for pair in p.pairs:
-        for system in ("baseline", "local"):
-            scores.append(load_scores(ROOT, pair, system, p.seeds))
-        sig[pair] = significance(ROOT, pair, p.seeds, ROOT / p.data.prepared_dir / pair)
+    try:
+        for pair in p.pairs:
+            for system in ("baseline", "local"):
+                scores.append(load_scores(ROOT, pair, system, p.seeds))
+            sig[pair] = significance(ROOT, pair, p.seeds, ROOT / p.data.prepared_dir / pair)
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}")
     flat = summary(scores)
     for pair in p.pairs:
         flat[f"{pair}/local_vs_baseline/significant_seeds"] = sum(x["p_value"] < 0.05 for x in sig[pair])
@@ -57,7 +63,10 @@ def main() -> None:
         parts.append(_include(ROOT / "data" / "windows" / pair / "table1.md", "select_windows output missing"))
         parts.append(_images(ROOT / "plots" / "analysis" / pair))
     parts.append("\n## Efficiency (CPU)\n")
-    parts.append(_include(ROOT / "metrics" / "efficiency.md", "efficiency benchmark not run"))
+    parts.append("From `python benchmarks/encoder_efficiency.py --metrics metrics/efficiency.json --md "
+                 "metrics/efficiency.md --plot plots/efficiency/time_vs_N.png` (a benchmark, not a pipeline "
+                 "stage: it needs a quiet machine and ~10 minutes; rerun it after changing the attention code).\n")
+    parts.append(_include(ROOT / "metrics" / "efficiency.md", "efficiency benchmark not run yet"))
     parts.append(_images(ROOT / "plots" / "efficiency"))
     parts.append("\n## Corpus\n")
     for pair in p.pairs:

@@ -8,18 +8,16 @@ for one pair and seed. Same data, hyperparameters, ASR initialisation, decoding 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 
 from _common import ROOT, stage_params
-from train_asr import decode_configs
 
 from lib.analysis.pipeline import analysis_params
 from lib.model.s2t_transformer import model_config
 from lib.model.spec import local_attention_spec, validate_spec
 from lib.train.loop import init_distributed
-from lib.train.run import RunSpec, run
+from lib.train.run import run, spec_from_params
 
 
 def encoder_attention(p, pair: str) -> list[dict]:
@@ -45,15 +43,7 @@ def main() -> None:
     except ValueError as e:
         sys.exit(f"error: {e}")
     init_distributed()
-    test_cfg, dev_cfg = decode_configs(p)
-    spec = RunSpec(task="st", pair=args.pair, prepared_dir=ROOT / p.data.prepared_dir / args.pair,
-                   out_dir=ROOT / "runs" / "local" / args.pair / f"seed{args.seed}",
-                   metrics_path=ROOT / "metrics" / "local" / args.pair / f"seed{args.seed}.json",
-                   train=dataclasses.replace(p.train_st, seed=args.seed), model_size=p.model.size,
-                   model_overrides=p.model.overrides, encoder_attention=spec_layers,
-                   init_encoder=ROOT / "runs" / "asr" / args.pair / "model.pt",
-                   decode=test_cfg, dev_decode=dev_cfg, decode_batch_frames=p.decode.batch_frames,
-                   final_checkpoint=p.decode.final_checkpoint, max_dev_decode=p.decode.dev_sentences)
+    spec = spec_from_params(p, ROOT, "local", args.pair, args.seed, encoder_attention=spec_layers)
     metrics = run(spec)
     if metrics:
         metrics_out = {**metrics, "windows": [s.get("window", 0) for s in spec_layers]}

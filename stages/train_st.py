@@ -6,14 +6,12 @@ ASR model, fresh decoder; then BLEU and chrF on tst-COMMON. Resumable like train
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 from _common import ROOT, stage_params
-from train_asr import decode_configs
 
 from lib.train.loop import init_distributed
-from lib.train.run import RunSpec, run
+from lib.train.run import run, spec_from_params
 
 
 def main() -> None:
@@ -23,15 +21,7 @@ def main() -> None:
     args = ap.parse_args()
     p = stage_params(args.pair)
     init_distributed()
-    test_cfg, dev_cfg = decode_configs(p)
-    spec = RunSpec(task="st", pair=args.pair, prepared_dir=ROOT / p.data.prepared_dir / args.pair,
-                   out_dir=ROOT / "runs" / "st" / args.pair / f"seed{args.seed}",
-                   metrics_path=ROOT / "metrics" / "st" / args.pair / f"seed{args.seed}.json",
-                   train=dataclasses.replace(p.train_st, seed=args.seed), model_size=p.model.size,
-                   model_overrides=p.model.overrides, init_encoder=ROOT / "runs" / "asr" / args.pair / "model.pt",
-                   decode=test_cfg, dev_decode=dev_cfg, decode_batch_frames=p.decode.batch_frames,
-                   final_checkpoint=p.decode.final_checkpoint, max_dev_decode=p.decode.dev_sentences)
-    metrics = run(spec)
+    metrics = run(spec_from_params(p, ROOT, "st", args.pair, args.seed))
     if metrics:
         print(json.dumps(metrics))
 

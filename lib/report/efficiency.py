@@ -29,7 +29,7 @@ dQ = dS K, dK = dS^T Q against q k^T and P v), so the fwd+bwd count is 3x the fo
 one for every term and the bound is the same for the forward and for forward+backward.
 
 Not counted: layer norms, softmax, ReLU, biases, residual adds (O(N d + H N N_eff)
-element-wise operations, < 1 % of the multiply-adds at d = 256, f = 2048 -- see
+element-wise operations, 1-2 % of the multiply-adds at d = 256, f = 2048, N <= 1052 -- see
 :func:`elementwise_ops`, reported next to the bound).  They are memory-bound on a CPU,
 so their *time* share is larger than their FLOP share; that is one reason why a measured
 speedup can fall short of the FLOP bound (and the conv subsampler, identical for both
@@ -61,6 +61,7 @@ __all__ = [
     "flat_metrics",
     "full_spec",
     "layer_macs",
+    "load_warnings",
     "load_windows_json",
     "markdown_report",
     "op_score_fraction",
@@ -87,6 +88,8 @@ TARGET_MEM_VS_SDPA = 2.0  # local peak <= 2 x SDPA's
 TARGET_MEM_VS_MATERIAL = 3.0  # materialised peak >= 3 x local's
 TARGET_FRACTION = 0.95  # whole encoder >= 95 % of its FLOP bound
 HEAD_N, HEAD_W, SHORT_N = 1052, 13, 166
+LOAD_WARN = 1.0  # 1-min load average at start from which the timings are flagged
+CPU_SHARE_WARN = 0.85  # CPU share of the encoder timing loops below which they are flagged
 
 
 # ----------------------------------------------------------------------------------------------- specs
@@ -333,7 +336,29 @@ def flat_metrics(result: Mapping) -> dict[str, Any]:
     for k in ("loadavg_start", "loadavg_end"):
         if k in meta:
             out[f"meta_{k}_1min"] = round(meta[k][0], 2)
+    for n, share in _cpu_shares(result).items():
+        out[f"meta_encoder_cpu_share_N{n}"] = share
     return out
+
+
+def _cpu_shares(result: Mapping) -> dict[int, float]:
+    """N -> CPU share of the encoder timing loops (recorded per row; the same for every config)."""
+    return {r["N"]: r["cpu_share"] for r in result.get("encoder", {}).get("rows", []) if "cpu_share" in r}
+
+
+def load_warnings(result: Mapping) -> list[str]:
+    """Reasons to distrust the timings: other processes running at start, or the encoder timing
+    loops getting clearly less CPU than their threads could use."""
+    meta = result.get("meta", {})
+    warn = []
+    la0 = meta.get("loadavg_start")
+    if la0 and la0[0] >= LOAD_WARN:
+        warn.append(f"1-min load average {la0[0]:.2f} at start (other processes running)")
+    low = {n: s for n, s in _cpu_shares(result).items() if s < CPU_SHARE_WARN}
+    if low:
+        warn.append("encoder timing loops got " + ", ".join(f"{s:.0%} at N={n}" for n, s in sorted(low.items()))
+                    + f" of {meta.get('threads', '?')} cores")
+    return warn
 
 
 def evaluate_targets(result: Mapping) -> list[dict[str, Any]]:
@@ -416,8 +441,18 @@ def markdown_report(result: Mapping) -> str:
         f"interleaved repetitions{' (quick mode)' if meta.get('quick') else ''}.",
         "",
         f"Machine load (os.getloadavg, 1/5/15 min): start {_fmt_load(la0)}, end {_fmt_load(la1)} "
-        f"on {meta.get('cpu_count', '?')} CPUs; total {meta.get('seconds', 0):.0f} s.",
+        f"on {meta.get('cpu_count', '?')} CPUs; total {meta.get('seconds', 0):.0f} s."
+        + ("" if not _cpu_shares(result) else " CPU share of the encoder timing loops (CPU time / "
+           "(wall x threads)): " + ", ".join(f"N={n}: {s:.0%}" for n, s in sorted(_cpu_shares(result).items()))
+           + "."),
         "",
+    ]
+    warn = load_warnings(result)
+    if warn:
+        lines += [f"**Warning: timings taken on a busy machine** ({'; '.join(warn)}). CPU contention slows "
+                  "the local kernel (many small parallel regions) far more than SDPA or the large GEMMs, so "
+                  "the ratios are biased against local attention; rerun on a quiet machine.", ""]
+    lines += [
         "## Targets",
         "",
         "| target | measured | met |",
@@ -531,7 +566,7 @@ def plot_time_vs_n(result: Mapping, path: str | Path, *, op_window: int = HEAD_W
     if not idx and not op_rows:
         return None
     dims = _enc_dims(result)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
     ax = axes[0]
     for i, cfg in enumerate(configs):
         pts = sorted((n, r["fwdbwd"]["median_ms"]) for (c, n), r in idx.items() if c == cfg)
@@ -558,6 +593,21 @@ def plot_time_vs_n(result: Mapping, path: str | Path, *, op_window: int = HEAD_W
                 ax.plot(ns, [r[m]["fwdbwd"]["median_ms"] for r in op_rows], marker="o", label=OP_LABELS[m])
     ax.set(xscale="log", yscale="log", xlabel="N", ylabel="fwd+bwd time (ms)",
            title=f"attention op, w = {op_window}, fwd+bwd")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+
+    ax = axes[2]  # the encoder speedups on a linear scale, where the gap to the bound is visible
+    for cfg in [c for c in configs if c != "full"]:
+        pts = sorted((n, idx[("full", n)]["fwdbwd"]["median_ms"] / r["fwdbwd"]["median_ms"],
+                      encoder_speedup_bound(configs[cfg], n, dims))
+                     for (c, n), r in idx.items() if c == cfg and ("full", n) in idx)
+        if pts:
+            ns, sp, bd = zip(*pts)
+            line, = ax.plot(ns, sp, marker="o", label=f"{cfg}: measured")
+            ax.plot(ns, bd, ls="--", color=line.get_color(), alpha=0.7, label=f"{cfg}: FLOP bound")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set(xscale="log", xlabel="N (encoder tokens)", ylabel="speedup over all-full",
+           title="12 encoder layers, fwd+bwd speedup")
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     all_ns = sorted({n for _, n in idx} | {r["N"] for r in op_rows})

@@ -12,6 +12,7 @@ and the metrics JSON at ``metrics_path``.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import time
@@ -185,3 +186,30 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     atomic_write_json(spec.out_dir / "timing.json", {"train_seconds": round(train_seconds, 1),
                                                      "decode_seconds": round(decode_seconds, 1)})
     return metrics
+
+
+def spec_from_params(p: Any, root: Path, system: str, pair: str, seed: int | None = None,
+                     encoder_attention: list[dict] | None = None) -> RunSpec:
+    """The RunSpec of one pipeline run from params: ``system`` is ``asr`` (per pair), ``st`` (the
+    baseline) or ``local`` (per pair and seed). ST and local runs take the ``train_st``
+    hyperparameters with their seed and the pair's ASR encoder, so they differ in attention only."""
+    if system not in ("asr", "st", "local"):
+        raise ValueError(f"unknown system {system!r}")
+    d = p.decode
+    test = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
+    dev = BeamSearchConfig(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
+    if system == "asr":
+        out_dir, metrics_path = root / "runs" / "asr" / pair, root / "metrics" / "asr" / f"{pair}.json"
+        train_cfg, init = p.train_asr, None
+    else:
+        if seed is None:
+            raise ValueError(f"system {system!r} needs a seed")
+        out_dir = root / "runs" / system / pair / f"seed{seed}"
+        metrics_path = root / "metrics" / system / pair / f"seed{seed}.json"
+        train_cfg = dataclasses.replace(p.train_st, seed=seed)
+        init = root / "runs" / "asr" / pair / "model.pt"
+    return RunSpec(task="asr" if system == "asr" else "st", pair=pair, prepared_dir=root / p.data.prepared_dir / pair,
+                   out_dir=out_dir, metrics_path=metrics_path, train=train_cfg, model_size=p.model.size,
+                   model_overrides=p.model.overrides, encoder_attention=encoder_attention, init_encoder=init,
+                   decode=test, dev_decode=dev, decode_batch_frames=d.batch_frames,
+                   final_checkpoint=d.final_checkpoint, max_dev_decode=d.dev_sentences)

@@ -249,3 +249,21 @@ def test_plot_without_data_returns_none(tmp_path) -> None:
 
 def test_ratio_guard() -> None:
     assert eff._ratio(1.0, 0.0) == math.inf
+
+
+def test_load_warnings() -> None:
+    quiet = _result()
+    for row in quiet["encoder"]["rows"]:
+        row["cpu_share"] = 0.97
+    assert eff.load_warnings(quiet) == []
+    md = eff.markdown_report(quiet)
+    assert "busy machine" not in md and "N=1052: 97%" in md
+    assert eff.flat_metrics(quiet)["meta_encoder_cpu_share_N1052"] == 0.97
+
+    busy = _result()
+    busy["meta"]["loadavg_start"] = [3.2, 2.0, 1.0]
+    for row in busy["encoder"]["rows"]:
+        row["cpu_share"] = 0.6 if row["N"] == 1052 else 0.95
+    warn = eff.load_warnings(busy)
+    assert len(warn) == 2 and "3.20" in warn[0] and "60% at N=1052" in warn[1]
+    assert "**Warning: timings taken on a busy machine**" in eff.markdown_report(busy)
