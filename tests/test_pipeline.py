@@ -162,3 +162,15 @@ def test_corpus_is_byte_identical_for_same_params(tiny_repo: Path, tmp_path: Pat
     assert files_a == files_b
     for rel in files_a:
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+@pytest.mark.slow
+def test_exp_run_then_metrics_diff_shows_the_change(tiny_repo: Path) -> None:
+    """What a user does: commit the results, run an experiment with one param changed, diff metrics."""
+    _run(["git", "add", "-A"], tiny_repo)
+    _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results"], tiny_repo)
+    _run(["dvc", "exp", "run", "-S", "train_st.max_updates=4"], tiny_repo)
+    diff = json.loads(_run(["dvc", "metrics", "diff", "--json"], tiny_repo).stdout)
+    st = diff["metrics/st/en-de/seed1.json"]
+    assert st["updates"] == {"old": 3, "new": 4, "diff": 1}
+    assert "metrics/asr/en-de.json" not in diff  # ASR did not depend on train_st

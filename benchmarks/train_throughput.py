@@ -1,0 +1,124 @@
+"""Training throughput and decoding speed of the S2T Transformer on this machine, and the training
+step time of our model against an equal-size model built from ``torch.nn.Transformer`` modules.
+
+    python benchmarks/train_throughput.py [--size demo] [--reps 5]
+
+Prints, side by side in one run: ms per training step (forward + backward + Adam) on the same
+batch for ours and for the nn.Transformer reference, their ratio (target <= 1.1), training
+throughput in input frames per second, and decoding speed (sentences per second, beam 5 and greedy)
+on tst-COMMON of the prepared en-de demo data with the trained ST model when it exists
+(runs/st/en-de/seed1/model.pt), else on random features with a random model (max length reached).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lib.model.s2t_transformer import Conv1dSubsampler, S2TTransformer, model_config  # noqa: E402
+from lib.train.objectives import label_smoothed_nll_loss  # noqa: E402
+
+
+class TorchReference(nn.Module):
+    """Same sizes from torch.nn modules: our conv subsampler, nn.TransformerEncoder/Decoder (pre-LN)."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        self.subsample = Conv1dSubsampler(cfg.n_mels, cfg.conv_channels, cfg.d_model, cfg.conv_kernel)
+        enc = nn.TransformerEncoderLayer(cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, batch_first=True,
+                                         norm_first=True)
+        dec = nn.TransformerDecoderLayer(cfg.d_model, cfg.n_heads, cfg.ffn_dim, cfg.dropout, batch_first=True,
+                                         norm_first=True)
+        self.encoder = nn.TransformerEncoder(enc, cfg.encoder_layers, norm=nn.LayerNorm(cfg.d_model),
+                                             enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(dec, cfg.decoder_layers, norm=nn.LayerNorm(cfg.d_model))
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=1)
+        self.out = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.scale = math.sqrt(cfg.d_model)
+
+    def forward(self, feats, lengths, prev_tokens):
+        x, out_len = self.subsample(feats, lengths)
+        pad = torch.arange(x.size(1))[None] >= out_len[:, None]
+        mem = self.encoder(x * self.scale, src_key_padding_mask=pad)
+        causal = nn.Transformer.generate_square_subsequent_mask(prev_tokens.size(1))
+        y = self.decoder(self.embed(prev_tokens) * self.scale, mem, tgt_mask=causal, tgt_is_causal=True,
+                         memory_key_padding_mask=pad)
+        return self.out(y)
+
+
+def step_time(model: nn.Module, batch, reps: int) -> float:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    feats, lengths, prev, target = batch
+    times = []
+    for i in range(reps + 2):
+        t0 = time.perf_counter()
+        logits = model(feats, lengths, prev)
+        loss, _ = label_smoothed_nll_loss(logits, target, 0.1, 1)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i >= 2:  # warm-up
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="demo")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--frames", type=int, default=300)
+    ap.add_argument("--tokens", type=int, default=15)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    cfg = model_config(args.size, vocab_size=200)
+    feats = torch.randn(args.batch, args.frames, cfg.n_mels)
+    lengths = torch.full((args.batch,), args.frames)
+    prev = torch.randint(4, cfg.vocab_size, (args.batch, args.tokens))
+    target = torch.randint(4, cfg.vocab_size, (args.batch, args.tokens))
+    ours, ref = S2TTransformer(cfg).train(), TorchReference(cfg).train()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; size {args.size}: d={cfg.d_model}, "
+          f"{cfg.encoder_layers}+{cfg.decoder_layers} layers; batch {args.batch} x {args.frames} frames x "
+          f"{args.tokens} tokens; params ours {sum(p.numel() for p in ours.parameters()):,}, "
+          f"nn.Transformer {sum(p.numel() for p in ref.parameters()):,}")
+    t_ours = step_time(ours, (feats, lengths, prev, target), args.reps)
+    t_ref = step_time(ref, (feats, lengths, prev, target), args.reps)
+    frames = args.batch * args.frames
+    print(f"{'model':<16} {'ms/step':>9} {'frames/s':>10}")
+    print(f"{'ours':<16} {t_ours * 1e3:>9.1f} {frames / t_ours:>10.0f}")
+    print(f"{'nn.Transformer':<16} {t_ref * 1e3:>9.1f} {frames / t_ref:>10.0f}")
+    print(f"ratio ours / nn.Transformer: {t_ours / t_ref:.2f} (target <= 1.1)")
+
+    from lib.data.dataset import SpeechDataset
+    from lib.decode.beam_search import BeamSearchConfig, translate_dataset
+    from lib.train import checkpoint as ckpt
+    from lib.model.s2t_transformer import ModelConfig
+
+    model_path = ROOT / "runs/st/en-de/seed1/model.pt"
+    prepared = ROOT / "data/prepared/en-de"
+    if model_path.is_file() and (prepared / "tst-COMMON.tsv").is_file():
+        state = ckpt.load(model_path)
+        model = S2TTransformer(ModelConfig.from_dict(state["model_config"]))
+        model.load_state_dict(state["model"])
+        ds = SpeechDataset(prepared, "tst-COMMON", "st")
+        for beam in (5, 1):
+            t0 = time.perf_counter()
+            translate_dataset(model.eval(), ds, 20000, BeamSearchConfig(beam=beam, max_len_b=60), "cpu", progress=False)
+            dt = time.perf_counter() - t0
+            print(f"decoding {model_path.relative_to(ROOT)} on {len(ds)} tst-COMMON sentences, beam {beam}: "
+                  f"{dt:.2f} s = {len(ds) / dt:.0f} sentences/s")
+    else:
+        print("decoding: no trained model at runs/st/en-de/seed1/model.pt (run `dvc repro train_st` first)")
+
+
+if __name__ == "__main__":
+    main()
