@@ -10,11 +10,9 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-import soundfile as sf
 import torch
 import yaml
 
@@ -27,16 +25,11 @@ from lib.data.prepare import PrepareConfig, prepare_pair
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import ParamError
 from lib.train import checkpoint as ckpt
+from tests.corpus_factory import make_corpus, talk
 
 REPO = Path(__file__).resolve().parents[2]
 PAIR = "en-de"
-SR = 16000
 N_LAYERS = 4
-EN = ["the cat sat on the mat", "a dog runs in the park", "we like green tea", "she reads a long book",
-      "they walk to school", "it is a sunny day", "the bird sings loud", "you play the piano"]
-DE = ["die katze sass auf der matte", "ein hund rennt im park", "wir moegen gruenen tee", "sie liest ein langes buch",
-      "sie gehen zur schule", "es ist ein sonniger tag", "der vogel singt laut", "du spielst klavier"]
-
 ANALYSIS = {
     "st_seed": 1, "split": "tst-COMMON", "samples": 3, "seed": 1, "value_bias": "bias", "residual": True,
     "ccd_method": "trapezoid", "figure_sample": 1, "figure_layer": 11, "transparency_samples": 2,
@@ -55,53 +48,12 @@ def one_thread():
     torch.set_num_threads(old)
 
 
-# ------------------------------------------------------------------------------ tiny layout (minimal copy
-# of tests/data/conftest.py's MuST-C writer, kept here so the suites stay independent)
-
-
-def _synth_audio(seconds: float, seed: int) -> np.ndarray:
-    n = int(round(seconds * SR))
-    t = np.arange(n) / SR
-    f0 = 150 + 50 * (seed % 7)
-    x = 0.25 * np.sin(2 * np.pi * f0 * t) + 0.1 * np.sin(2 * np.pi * 3.1 * f0 * t + seed)
-    x *= 0.5 + 0.5 * np.sin(2 * np.pi * 1.7 * t) ** 2
-    x += 0.03 * np.random.default_rng(seed).standard_normal(n)
-    return x.astype(np.float32)
-
-
-def _talk(n_segments: int, seed: int, speaker: str) -> list[dict[str, Any]]:
-    rng = np.random.default_rng(seed)
-    segs, t = [], 0.2
-    for i in range(n_segments):
-        dur = round(float(rng.uniform(0.5, 1.6)), 2)
-        k = (seed + i) % len(EN)
-        segs.append({"offset": round(t, 2), "duration": dur, "src": EN[k], "tgt": DE[k], "speaker": speaker})
-        t += dur + 0.1
-    return segs
-
-
 def _make_corpus(root: Path) -> None:
-    spec = {"train": [_talk(4, 1, "spk.1"), _talk(3, 2, "spk.2"), _talk(4, 3, "spk.1")],
-            "dev": [_talk(2, 4, "spk.3")], "tst-COMMON": [_talk(3, 5, "spk.4")]}
-    talk_no = 1
-    for split, talks in spec.items():
-        d = root / PAIR / "data" / split
-        (d / "wav").mkdir(parents=True, exist_ok=True)
-        (d / "txt").mkdir(parents=True, exist_ok=True)
-        yaml_lines, src, tgt = [], [], []
-        for talk in talks:
-            wav = f"ted_{talk_no}.wav"
-            sf.write(d / "wav" / wav, _synth_audio(max(s["offset"] + s["duration"] for s in talk) + 0.3, talk_no), SR,
-                     subtype="PCM_16")
-            for s in talk:
-                yaml_lines.append(f"- {{duration: {s['duration']:.6f}, offset: {s['offset']:.6f}, rW: 1, uW: 0, "
-                                  f"speaker_id: {s['speaker']}, wav: {wav}}}")
-                src.append(s["src"])
-                tgt.append(s["tgt"])
-            talk_no += 1
-        (d / "txt" / f"{split}.yaml").write_text("\n".join(yaml_lines) + "\n", encoding="utf-8")
-        (d / "txt" / f"{split}.en").write_text("\n".join(src) + "\n", encoding="utf-8")
-        (d / "txt" / f"{split}.de").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+    spec = {"train": [talk(4, 1, speaker="spk.1", durations=(0.5, 1.6)), talk(3, 2, speaker="spk.2", durations=(0.5, 1.6)),
+                      talk(4, 3, speaker="spk.1", durations=(0.5, 1.6))],
+            "dev": [talk(2, 4, speaker="spk.3", durations=(0.5, 1.6))],
+            "tst-COMMON": [talk(3, 5, speaker="spk.4", durations=(0.5, 1.6))]}
+    make_corpus(root, spec, pair=PAIR)
 
 
 def _save_model(path: Path, seed: int, task: str) -> None:
