@@ -14,7 +14,8 @@ conv subsampler), batch 8, fp32, forward (under ``torch.no_grad``) and forward +
    ``data/windows/<pair>/windows.json`` written by select_windows; skipped with a note when the
    file is absent).  All three share the same weights (loaded from the full stack).
 
-Time: median over ``reps`` repetitions after warm-up, the configurations of one N interleaved
+Time: median over at least ``reps`` repetitions after warm-up (op: more until 0.5 s of samples per
+method; encoder: until 2 s per configuration, i.e. ~10 reps at N = 166), the configurations of one N interleaved
 round-robin (``benchmarks.local_attention.time_interleaved``) so that load from other
 processes hits them alike.  Forward+backward = ``torch.autograd.grad`` of the output with a
 fixed upstream gradient w.r.t. the input and all parameters (what training needs: the conv
@@ -64,6 +65,7 @@ BATCH = op_bench.BATCH  # 8
 SIZE = "s"  # paper size: d = 256, 4 heads, FFN 2048, 12 encoder layers
 DEFAULT_NS = (166, 512, 1052)
 DEFAULT_OP_WINDOWS = (5, 13, 25)
+ENCODER_MIN_SECONDS = 2.0  # at least this much measured time per configuration (more reps at N = 166)
 WARMUP_N = 32  # sequence length of the memory child's fwd+bwd warm-up
 # --quick: a smoke test of the whole benchmark (its ratios are noisy): encoder memory only at N = 512,
 # encoder warm-up at N = WARMUP_N only.
@@ -188,8 +190,9 @@ def run_encoder(configs: dict[str, list[dict]], ns: Sequence[int], reps: int, *,
             enc_step_fwdbwd(stack, *warm)
         del warm
         with CpuShare() as share:
-            fwd = op_bench.time_interleaved(enc_step_fwd, stacks, inputs, reps, warmup=0)
-            fb = op_bench.time_interleaved(enc_step_fwdbwd, stacks, inputs, reps, warmup=0)
+            fwd = op_bench.time_interleaved(enc_step_fwd, stacks, inputs, reps, warmup=0, min_seconds=ENCODER_MIN_SECONDS)
+            fb = op_bench.time_interleaved(enc_step_fwdbwd, stacks, inputs, reps, warmup=0,
+                                           min_seconds=ENCODER_MIN_SECONDS)
         del inputs
         for name, specs in configs.items():
             rows.append({"N": n, "config": name, "fwd": fwd[name], "fwdbwd": fb[name],

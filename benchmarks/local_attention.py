@@ -9,7 +9,8 @@ w in {5, 13, 25} (the paper's window range).  Methods:
   material    q @ k^T -> softmax -> @ v with the N x N scores materialised (fairseq MHA style)
   local       lib.model.local_attention.local_attention (blocked sliding window)
 
-Time: median (and min, in the JSON) over ``--reps`` repetitions after 2 warm-ups,
+Time: median (and min, in the JSON) over at least ``--reps`` repetitions after 2 warm-ups
+(more, up to 400, until each method has 0.5 s of samples: ~300 at N = 166),
 in this process, of the forward alone (under ``torch.no_grad``) and of forward +
 backward (``torch.autograd.grad`` of the output w.r.t. q, k, v with a fixed upstream
 gradient).  Repetitions are interleaved round-robin across the methods of a
@@ -66,6 +67,7 @@ BATCH, D_MODEL, HEADS = 8, 256, 4
 DH = D_MODEL // HEADS
 METHODS = ("sdpa", "sdpa_band", "material", "local")
 WINDOW_FREE = {"sdpa", "material"}  # results do not depend on w
+MIN_SECONDS = 0.5  # measured time per method and configuration, at least (more reps for fast steps)
 
 
 # ----------------------------------------------------------------------------- methods
@@ -109,23 +111,30 @@ def step_fwdbwd(fn, q, k, v, go):
 # ----------------------------------------------------------------------------- timing
 
 
-def time_interleaved(step, fns: dict, inputs, reps: int, warmup: int = 2) -> dict:
+def time_interleaved(step, fns: dict, inputs, reps: int, warmup: int = 2, min_seconds: float = 0.0,
+                     max_reps: int = 400) -> dict:
     """Median/min wall time of ``step`` for several methods, repetitions interleaved.
 
     The methods are timed round-robin (rep 1 of every method, then rep 2, ...), so a
     burst of load from another process on a shared machine hits all of them alike
-    instead of skewing whichever method happened to be running.
+    instead of skewing whichever method happened to be running.  At least ``reps``
+    rounds; more (up to ``max_reps``) until every method has ``min_seconds`` of
+    measured time, so that millisecond-scale steps (N = 166) get hundreds of samples
+    and a stable median instead of a handful dominated by scheduler noise.
     """
     for fn in fns.values():
         for _ in range(warmup):
             step(fn, *inputs)
     samples = {m: [] for m in fns}
-    for _ in range(reps):
+    rounds = 0
+    while rounds < reps or (rounds < max_reps and min(sum(v) for v in samples.values()) < min_seconds * 1e3):
         for m, fn in fns.items():
             t0 = time.perf_counter()
             step(fn, *inputs)
             samples[m].append((time.perf_counter() - t0) * 1e3)
-    return {m: {"median_ms": statistics.median(v), "min_ms": min(v), "samples_ms": v} for m, v in samples.items()}
+        rounds += 1
+    return {m: {"median_ms": statistics.median(v), "min_ms": min(v), "reps": len(v), "samples_ms": v}
+            for m, v in samples.items()}
 
 
 # ----------------------------------------------------------------------------- memory
@@ -195,8 +204,8 @@ def run(ns, ws, reps: int) -> list[dict]:
             row = {"N": n, "w": w, "blk": blk, "score_bound": w / n, "score_actual": min(1.0, (blk + w - 1) / n)}
             keys = {m: (m, n, None if m in WINDOW_FREE else w) for m in METHODS}
             todo = {m: make_fn(m, n, w) for m in METHODS if keys[m] not in cache}
-            fwd = time_interleaved(step_fwd, todo, inputs, reps)
-            fb = time_interleaved(step_fwdbwd, todo, inputs, reps)
+            fwd = time_interleaved(step_fwd, todo, inputs, reps, min_seconds=MIN_SECONDS)
+            fb = time_interleaved(step_fwdbwd, todo, inputs, reps, min_seconds=MIN_SECONDS)
             for m in todo:
                 cache[keys[m]] = {"fwd": fwd[m], "fwdbwd": fb[m], "mem": measure_memory(m, n, w)}
             for m in METHODS:

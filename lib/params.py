@@ -216,13 +216,22 @@ class DecodeParams:
                              f"got {self.final_checkpoint!r}")
 
 
+ASR_PRETRAINING = ("shared", "local")
+
+
 @dataclass(frozen=True)
 class LocalParams:
     """``local``: the local-attention model (paper: layers 1-3 full, 4-12 local)."""
 
     windows: list[int]  # [] = the windows written by select_windows; else one odd window per local layer
+    # ASR model train_local starts from: "shared" = the baseline's ASR model (train_asr), or "local" =
+    # an ASR model pretrained with the same local-attention spec (stage train_asr_local).
+    asr_pretraining: str = "shared"
 
     def validate(self, prefix: str) -> None:
+        if self.asr_pretraining not in ASR_PRETRAINING:
+            raise ParamError(f"{prefix}.asr_pretraining: expected one of {list(ASR_PRETRAINING)}, "
+                             f"got {self.asr_pretraining!r}")
         for i, w in enumerate(self.windows):
             if w < 1 or w % 2 == 0:
                 raise ParamError(f"{prefix}.windows[{i}]: window must be a positive odd integer, got {w}")

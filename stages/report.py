@@ -39,8 +39,17 @@ def main() -> None:
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
     flat = summary(scores)
+    asr_rows = []
     for pair in p.pairs:
         flat[f"{pair}/local_vs_baseline/significant_seeds"] = sum(x["p_value"] < 0.05 for x in sig[pair])
+        wers = {}
+        for system, folder in (("baseline", "asr"), ("local", "asr_local")):
+            path = ROOT / "metrics" / folder / f"{pair}.json"
+            if not path.is_file():
+                sys.exit(f"error: {path}: missing; it is written by the train_{folder} stage")
+            wers[system] = json.loads(path.read_text(encoding="utf-8"))["wer"]
+            flat[f"{pair}/{system}/asr_wer"] = wers[system]
+        asr_rows.append(f"| {pair} | {wers['baseline']:.2f} | {wers['local']:.2f} |")
     atomic_write_json(ROOT / "metrics" / "summary.json", flat)
 
     parts = [
@@ -57,6 +66,12 @@ def main() -> None:
         "On the demo corpus the absolute BLEU is not comparable (a ~100-word synthetic language, short "
         "CPU training); what carries over is the comparison: local attention in layers "
         f"{analysis_params(p).full_layers + 1}-12 should cost (almost) no BLEU relative to the baseline.\n",
+        "\n**ASR initialisation** (`local.asr_pretraining: " + p.local.asr_pretraining + "`): "
+        + ("both systems start from the same ASR model (as in the paper)." if p.local.asr_pretraining == "shared"
+           else "the local model starts from an ASR model pretrained with the same local attention "
+                "(stage `train_asr_local`).")
+        + " ASR WER (%) on tst-COMMON of each system's ASR model:\n",
+        "| pair | baseline ASR | local-system ASR |\n|---|---|---|\n" + "\n".join(asr_rows) + "\n",
     ]
     for pair in p.pairs:
         parts.append(f"\n## Table 1 ({pair}): window selection (Algorithm 1)\n")

@@ -1,7 +1,9 @@
 """Stage `train_local`: ST with local attention in the upper encoder layers (the paper's Section 4),
-for one pair and seed. Same data, hyperparameters, ASR initialisation, decoding and metrics as
-`train_st`, so the comparison differs in the attention only. The per-layer windows come from
-`select_windows` (data/windows/<pair>/windows.json) unless `local.windows` overrides them.
+for one pair and seed. Same data, hyperparameters, decoding and metrics as `train_st`, so the
+comparison differs in the attention only. The per-layer windows come from `select_windows`
+(data/windows/<pair>/windows.json) unless `local.windows` overrides them. The encoder starts from
+runs/asr_local/<pair>/model.pt, written by `train_asr_local`: the baseline's ASR model
+(`local.asr_pretraining: shared`, the default) or one pretrained with local attention (`local`).
 
     python stages/train_local.py en-de 1
 """
@@ -13,23 +15,8 @@ import sys
 
 from _common import ROOT, stage_params
 
-from lib.analysis.pipeline import analysis_params
-from lib.model.s2t_transformer import model_config
-from lib.model.spec import local_attention_spec, validate_spec
 from lib.train.loop import init_distributed
-from lib.train.run import run, spec_from_params
-
-
-def encoder_attention(p, pair: str) -> list[dict]:
-    n_layers = model_config(p.model.size, **p.model.overrides).encoder_layers
-    if p.local.windows:
-        full_layers = analysis_params(p).full_layers
-        return local_attention_spec(n_layers, full_layers, p.local.windows, key="local.windows")
-    path = ROOT / "data" / "windows" / pair / "windows.json"
-    if not path.is_file():
-        raise ValueError(f"{path}: missing; it is written by the select_windows stage (or set local.windows)")
-    spec = json.loads(path.read_text(encoding="utf-8"))["encoder_attention"]
-    return validate_spec(spec, n_layers, key=f"{path}: encoder_attention")
+from lib.train.run import local_encoder_attention, run, spec_from_params
 
 
 def main() -> None:
@@ -39,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     p = stage_params(args.pair)
     try:
-        spec_layers = encoder_attention(p, args.pair)
+        spec_layers = local_encoder_attention(p, ROOT, args.pair)
     except ValueError as e:
         sys.exit(f"error: {e}")
     init_distributed()

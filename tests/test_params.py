@@ -36,6 +36,8 @@ def test_repo_params_load() -> None:
     (lambda p: p.__setitem__("pairs", ["de-en"]), "pairs[0]"),
     (lambda p: p["corpus"].__setitem__("pause_seconds", [1.0, 0.5]), "corpus.pause_seconds"),
     (lambda p: p["data"].__setitem__("mustc_root", 3), "data.mustc_root"),
+    (lambda p: p["local"].__setitem__("asr_pretraining", "full"), "local.asr_pretraining"),
+    (lambda p: p["local"].__setitem__("windows", [4]), "local.windows"),
 ])
 def test_bad_values_name_the_key(tmp_path: Path, mutate, key: str) -> None:
     with pytest.raises(ParamError, match=key.replace("[", r"\[").replace("]", r"\]")):

@@ -118,8 +118,14 @@ def test_repro_trains_analyses_and_reports(tiny_repo: Path) -> None:
         for png in ("fig1_spectrogram_contributions.png", "fig2_diagonality.png", "fig3_ccd_layers.png",
                     "fig4_contributions.png"):
             assert (tiny_repo / "plots/analysis" / pair / png).stat().st_size > 1000
+        # local.asr_pretraining: shared (default) -> train_local starts from a copy of the baseline's ASR
+        shared = json.loads((tiny_repo / "metrics/asr_local" / f"{pair}.json").read_text())
+        assert shared == {**asr, "asr_pretraining": "shared"}
+        assert ((tiny_repo / "runs/asr_local" / pair / "model.pt").read_bytes()
+                == (tiny_repo / "runs/asr" / pair / "model.pt").read_bytes())
     summary = json.loads((tiny_repo / "metrics/summary.json").read_text())
-    assert set(summary) >= {f"{p}/{s}/bleu" for p in TINY["pairs"] for s in ("baseline", "local")}
+    assert set(summary) >= {f"{p}/{s}/{m}" for p in TINY["pairs"] for s in ("baseline", "local")
+                            for m in ("bleu", "asr_wer")}
     assert all(isinstance(v, (int, float)) for v in summary.values())  # flat
     report = (tiny_repo / "reports/report.md").read_text()
     assert "Table 2" in report and "| en-de | local |" in report
@@ -174,3 +180,23 @@ def test_exp_run_then_metrics_diff_shows_the_change(tiny_repo: Path) -> None:
     st = diff["metrics/st/en-de/seed1.json"]
     assert st["updates"] == {"old": 3, "new": 4, "diff": 1}
     assert "metrics/asr/en-de.json" not in diff  # ASR did not depend on train_st
+
+
+@pytest.mark.slow
+def test_exp_run_with_local_asr_pretraining(tiny_repo: Path) -> None:
+    """local.asr_pretraining=local: ASR is pretrained with the local spec; the baseline is untouched."""
+    import torch
+
+    baseline_asr = (tiny_repo / "runs/asr/en-de/model.pt").read_bytes()
+    out = _run(["dvc", "exp", "run", "-S", "local.asr_pretraining=local"], tiny_repo).stdout
+    assert "Running stage 'train_asr_local@en-de'" in out and "Running stage 'train_local@en-de-1'" in out
+    assert "Running stage 'train_asr@en-de'" not in out and "Running stage 'train_st@en-de-1'" not in out
+    assert (tiny_repo / "runs/asr/en-de/model.pt").read_bytes() == baseline_asr
+    for pair in TINY["pairs"]:
+        m = json.loads((tiny_repo / "metrics/asr_local" / f"{pair}.json").read_text())
+        assert m["asr_pretraining"] == "local" and m["updates"] == TRAIN_TINY["max_updates"]
+        model = torch.load(tiny_repo / "runs/asr_local" / pair / "model.pt", weights_only=True)
+        windows = json.loads((tiny_repo / "data/windows" / pair / "windows.json").read_text())
+        assert model["model_config"]["encoder_attention"] == windows["encoder_attention"]
+    report = (tiny_repo / "reports/report.md").read_text()
+    assert "`local.asr_pretraining: local`" in report

@@ -30,6 +30,7 @@ from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.train import checkpoint as ckpt
 from lib.train.loop import TrainConfig, dist_info, train
 
+SYSTEMS = ("asr", "asr_local", "st", "local")
 FINAL_CHECKPOINTS = {"avg_last_k": "avg_last_k.pt", "best": "best.pt", "last": "last.pt"}
 
 
@@ -190,16 +191,20 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
 
 def spec_from_params(p: Any, root: Path, system: str, pair: str, seed: int | None = None,
                      encoder_attention: list[dict] | None = None) -> RunSpec:
-    """The RunSpec of one pipeline run from params: ``system`` is ``asr`` (per pair), ``st`` (the
-    baseline) or ``local`` (per pair and seed). ST and local runs take the ``train_st``
-    hyperparameters with their seed and the pair's ASR encoder, so they differ in attention only."""
-    if system not in ("asr", "st", "local"):
-        raise ValueError(f"unknown system {system!r}")
+    """The RunSpec of one pipeline run from params: ``system`` is ``asr`` (per pair), ``asr_local``
+    (per pair: ASR pretraining with the local-attention spec, when ``local.asr_pretraining`` is
+    ``local``), ``st`` (the baseline) or ``local`` (per pair and seed). ST and local runs take the
+    ``train_st`` hyperparameters with their seed and the pair's ASR encoder, so they differ in
+    attention only: ``st`` starts from runs/asr/<pair>/model.pt, ``local`` from
+    runs/asr_local/<pair>/model.pt (which is a copy of the former unless ``local.asr_pretraining``
+    is ``local``)."""
+    if system not in SYSTEMS:
+        raise ValueError(f"unknown system {system!r}; known: {list(SYSTEMS)}")
     d = p.decode
     test = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
     dev = BeamSearchConfig(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
-    if system == "asr":
-        out_dir, metrics_path = root / "runs" / "asr" / pair, root / "metrics" / "asr" / f"{pair}.json"
+    if system in ("asr", "asr_local"):
+        out_dir, metrics_path = root / "runs" / system / pair, root / "metrics" / system / f"{pair}.json"
         train_cfg, init = p.train_asr, None
     else:
         if seed is None:
@@ -207,9 +212,59 @@ def spec_from_params(p: Any, root: Path, system: str, pair: str, seed: int | Non
         out_dir = root / "runs" / system / pair / f"seed{seed}"
         metrics_path = root / "metrics" / system / pair / f"seed{seed}.json"
         train_cfg = dataclasses.replace(p.train_st, seed=seed)
-        init = root / "runs" / "asr" / pair / "model.pt"
-    return RunSpec(task="asr" if system == "asr" else "st", pair=pair, prepared_dir=root / p.data.prepared_dir / pair,
+        init = root / "runs" / ("asr_local" if system == "local" else "asr") / pair / "model.pt"
+    return RunSpec(task="asr" if system in ("asr", "asr_local") else "st", pair=pair,
+                   prepared_dir=root / p.data.prepared_dir / pair,
                    out_dir=out_dir, metrics_path=metrics_path, train=train_cfg, model_size=p.model.size,
                    model_overrides=p.model.overrides, encoder_attention=encoder_attention, init_encoder=init,
                    decode=test, dev_decode=dev, decode_batch_frames=d.batch_frames,
                    final_checkpoint=d.final_checkpoint, max_dev_decode=d.dev_sentences)
+
+
+def local_encoder_attention(p: Any, root: Path, pair: str) -> list[dict]:
+    """Per-layer encoder attention of the local-attention model: layers 1..analysis.full_layers
+    full, the rest local with ``local.windows`` when that list is non-empty, else with the windows
+    that select_windows wrote to data/windows/<pair>/windows.json. ValueError names the param or file."""
+    from lib.analysis.pipeline import analysis_params
+    from lib.model.spec import local_attention_spec, validate_spec
+
+    n_layers = model_config(p.model.size, **p.model.overrides).encoder_layers
+    if p.local.windows:
+        return local_attention_spec(n_layers, analysis_params(p).full_layers, p.local.windows, key="local.windows")
+    path = root / "data" / "windows" / pair / "windows.json"
+    if not path.is_file():
+        raise ValueError(f"{path}: missing; it is written by the select_windows stage (or set local.windows)")
+    spec = json.loads(path.read_text(encoding="utf-8"))["encoder_attention"]
+    return validate_spec(spec, n_layers, key=f"{path}: encoder_attention")
+
+
+def share_asr_run(src_dir: Path, src_metrics: Path, dst_dir: Path, dst_metrics: Path) -> dict[str, Any]:
+    """``local.asr_pretraining: shared``: make ``dst_dir`` (runs/asr_local/<pair>) a faithful copy of
+    the baseline's ASR run ``src_dir`` -- model.pt, test hypotheses and training curves -- with its
+    metrics marked ``"asr_pretraining": "shared"``, so that train_local always starts from
+    runs/asr_local/<pair>/model.pt and the copy says where it came from. ``dst_dir/checkpoints``
+    is left empty (checkpoints of an earlier ``local`` run are removed: they are not this model's).
+    Every file is written atomically; returns the metrics written."""
+    import shutil
+
+    from lib.io import atomic_write_bytes
+
+    for name in ("model.pt", "hyps.tst-COMMON.txt"):
+        if not (src_dir / name).is_file():
+            raise FileNotFoundError(f"{src_dir / name}: missing; it is written by the train_asr stage")
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("model.pt", "hyps.tst-COMMON.txt"):
+        atomic_write_bytes(dst_dir / name, (src_dir / name).read_bytes())
+    if (dst_dir / "checkpoints").exists():
+        shutil.rmtree(dst_dir / "checkpoints")
+    (dst_dir / "checkpoints").mkdir()
+    if (dst_dir / "live").exists():
+        shutil.rmtree(dst_dir / "live")
+    if (src_dir / "live").is_dir():
+        tmp = dst_dir / "live.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src_dir / "live", tmp)
+        tmp.rename(dst_dir / "live")
+    metrics = {**json.loads(src_metrics.read_text(encoding="utf-8")), "asr_pretraining": "shared"}
+    atomic_write_json(dst_metrics, metrics)
+    return metrics

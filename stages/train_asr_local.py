@@ -1,0 +1,58 @@
+"""Stage `train_asr_local`: the ASR model that `train_local` starts from, for one pair.
+
+`local.asr_pretraining` (params.yaml) decides what it is:
+
+- ``shared`` (default, as in the paper): the baseline's ASR model. runs/asr/<pair>/model.pt, its test
+  hypotheses and curves are copied to runs/asr_local/<pair>/ and its metrics to
+  metrics/asr_local/<pair>.json with ``"asr_pretraining": "shared"``. Takes a second; DVC's cache
+  stores the identical model once.
+- ``local``: ASR pretraining with the local-attention spec of `train_local` (layers
+  1..analysis.full_layers full, the others with the select_windows / `local.windows` windows), the
+  `train_asr` hyperparameters otherwise, resumable like `train_asr`. Then both the ASR encoder and
+  the ST fine-tuning use local attention, and the ST comparison differs from the baseline in the
+  attention of both stages.
+
+    python stages/train_asr_local.py en-de
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from _common import ROOT, stage_params
+
+from lib.io import atomic_write_json
+from lib.train.loop import init_distributed
+from lib.train.run import local_encoder_attention, run, share_asr_run, spec_from_params
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pair")
+    args = ap.parse_args()
+    p = stage_params(args.pair)
+    out_dir = ROOT / "runs" / "asr_local" / args.pair
+    metrics_path = ROOT / "metrics" / "asr_local" / f"{args.pair}.json"
+    if p.local.asr_pretraining == "shared":
+        try:
+            metrics = share_asr_run(ROOT / "runs" / "asr" / args.pair, ROOT / "metrics" / "asr" / f"{args.pair}.json",
+                                    out_dir, metrics_path)
+        except FileNotFoundError as e:
+            sys.exit(f"error: {e}")
+        print(json.dumps(metrics))
+        return
+    try:
+        spec_layers = local_encoder_attention(p, ROOT, args.pair)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    init_distributed()
+    metrics = run(spec_from_params(p, ROOT, "asr_local", args.pair, encoder_attention=spec_layers))
+    if metrics:
+        metrics = {**metrics, "asr_pretraining": "local"}
+        atomic_write_json(metrics_path, metrics)
+        print(json.dumps({**metrics, "windows": [s.get("window", 0) for s in spec_layers]}))
+
+
+if __name__ == "__main__":
+    main()
