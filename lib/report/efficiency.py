@@ -437,8 +437,9 @@ def markdown_report(result: Mapping) -> str:
     lines += [
         f"torch {meta.get('torch', '?')}, {meta.get('threads', '?')} threads, {meta.get('cpu', '?')}; "
         f"batch {meta.get('batch', '?')}, d = {dims.d_model}, {dims.n_heads} heads, FFN {dims.ffn_dim}, "
-        f"fp32; medians of {meta.get('op_reps', '?')} (op) / {meta.get('encoder_reps', '?')} (encoder) "
-        f"interleaved repetitions{' (quick mode)' if meta.get('quick') else ''}.",
+        f"fp32; medians of at least {meta.get('op_reps', '?')} (op) / {meta.get('encoder_reps', '?')} (encoder) "
+        f"interleaved repetitions, more for fast steps (until 0.5 s of samples per op method and 2 s per "
+        f"encoder configuration){' (quick mode)' if meta.get('quick') else ''}.",
         "",
         f"Machine load (os.getloadavg, 1/5/15 min): start {_fmt_load(la0)}, end {_fmt_load(la1)} "
         f"on {meta.get('cpu_count', '?')} CPUs; total {meta.get('seconds', 0):.0f} s."
