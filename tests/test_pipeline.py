@@ -200,3 +200,19 @@ def test_exp_run_with_local_asr_pretraining(tiny_repo: Path) -> None:
         assert model["model_config"]["encoder_attention"] == windows["encoder_attention"]
     report = (tiny_repo / "reports/report.md").read_text()
     assert "`local.asr_pretraining: local`" in report
+
+
+@pytest.mark.slow
+def test_repro_after_a_kill_in_final_decoding_keeps_the_curves(tiny_repo: Path) -> None:
+    """A run killed after its last checkpoint (while decoding): `dvc repro` resumes at the final update,
+    only decodes, and the training curves logged before the kill survive (DVC must not delete them)."""
+    run_dir = tiny_repo / "runs/asr/en-de"
+    loss_tsv = run_dir / "live/plots/metrics/train/loss.tsv"
+    curve = loss_tsv.read_text()
+    metrics = (tiny_repo / "metrics/asr/en-de.json").read_text()
+    (run_dir / "model.pt").unlink()  # what a kill during the final decoding leaves: no model.pt yet
+    out = _run(["dvc", "repro", "-s", "train_asr@en-de"], tiny_repo).stdout
+    assert "Running stage 'train_asr@en-de'" in out
+    assert loss_tsv.read_text() == curve  # every step's row, none lost and none doubled
+    assert len(curve.splitlines()) == 1 + TRAIN_TINY["max_updates"]
+    assert (tiny_repo / "metrics/asr/en-de.json").read_text() == metrics
