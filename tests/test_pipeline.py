@@ -216,3 +216,11 @@ def test_repro_after_a_kill_in_final_decoding_keeps_the_curves(tiny_repo: Path) 
     assert loss_tsv.read_text() == curve  # every step's row, none lost and none doubled
     assert len(curve.splitlines()) == 1 + TRAIN_TINY["max_updates"]
     assert (tiny_repo / "metrics/asr/en-de.json").read_text() == metrics
+
+    # the curves themselves deleted as well (checkpoints kept): the stage still completes, with a warning
+    shutil.rmtree(run_dir / "live/plots")
+    (run_dir / "model.pt").unlink()
+    proc = _run(["dvc", "repro", "-s", "train_asr@en-de"], tiny_repo)
+    assert "training curves up to update 3 are lost" in proc.stdout + proc.stderr
+    assert (run_dir / "live/plots/metrics").is_dir()
+    assert (tiny_repo / "metrics/asr/en-de.json").read_text() == metrics

@@ -7,7 +7,10 @@ task, the attention spec and where the encoder is initialised from. Outputs in `
     live/                dvclive logs (train loss, lr, dev loss, dev BLEU or WER per evaluation)
     model.pt             the final model (``final_checkpoint``: avg_last_k | best | last) + its config
     hyps.<split>.txt     detokenised test hypotheses, one per line, in manifest order
-and the metrics JSON at ``metrics_path``.
+    timing.json          wall seconds of training and decoding in *this* invocation (a resumed run
+                         counts only its own part; kept out of the metrics, which are deterministic)
+and the metrics JSON at ``metrics_path``. ``live/`` and ``checkpoints/`` are persistent DVC outputs,
+so a run resumed by ``dvc repro`` after a kill appends to its curves.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import csv
 import dataclasses
 import hashlib
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +35,7 @@ from lib.train import checkpoint as ckpt
 from lib.train.loop import TrainConfig, dist_info, train
 
 SYSTEMS = ("asr", "asr_local", "st", "local")
+LIVE_PLOTS = Path("live") / "plots" / "metrics"  # dvclive curves, declared as plots in dvc.yaml
 FINAL_CHECKPOINTS = {"avg_last_k": "avg_last_k.pt", "best": "best.pt", "last": "last.pt"}
 
 
@@ -152,7 +157,11 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
         resuming = last.is_file() and ckpt.load(last).get("fingerprint") == ckpt.fingerprint(
             {"train": asdict(cfg), **run_config})
         if resuming:
-            _truncate_live_logs(spec.out_dir / "live", ckpt.load(last)["run_state"]["update"])
+            update = ckpt.load(last)["run_state"]["update"]
+            if not (spec.out_dir / LIVE_PLOTS).is_dir():
+                print(f"warning: {spec.out_dir / LIVE_PLOTS} is missing: the training curves up to update "
+                      f"{update} are lost; resuming from {last} all the same", file=sys.stderr)
+            _truncate_live_logs(spec.out_dir / "live", update)
         live = Live(dir=str(spec.out_dir / "live"), resume=resuming, dvcyaml=False, save_dvc_exp=False, report=None)
     t0 = time.perf_counter()
     summary = train(model, cfg, train_ds, dev_ds, spec.out_dir, run_config=run_config, evaluate=evaluate,
@@ -162,6 +171,8 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
         return {}
     if live is not None:
         live.end()
+    # The curves are a DVC output: they must exist even when a resumed run had nothing left to log.
+    (spec.out_dir / LIVE_PLOTS).mkdir(parents=True, exist_ok=True)
 
     final = ckpt.load(spec.out_dir / "checkpoints" / FINAL_CHECKPOINTS[spec.final_checkpoint])
     model.load_state_dict(final["model"])
