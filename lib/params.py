@@ -131,6 +131,10 @@ class CorpusParams:
     pause_seconds: list[float]  # [min, max] silence between segments inside a talk
     noise_level: float  # amplitude of the Gaussian background noise (full scale = 1.0)
     workers: int
+    sentences_per_segment: list[int] = field(default_factory=lambda: [1, 1])  # [lo, hi] sentences per segment
+    sentence_pause_seconds: list[float] = field(default_factory=lambda: [0.1, 0.4])  # pauses inside a segment
+    rate_jitter: int = 0  # per-sentence speaking-rate variation, +- words per minute
+    word_gap: list[int] = field(default_factory=lambda: [0, 0])  # [lo, hi] eSpeak word gap, x 10 ms
 
     def validate(self, prefix: str) -> None:
         for split, n in self.splits.items():
@@ -147,6 +151,17 @@ class CorpusParams:
             raise ParamError(f"{prefix}.noise_level: expected 0 <= value < 0.1, got {self.noise_level}")
         if self.workers < 1:
             raise ParamError(f"{prefix}.workers: must be >= 1, got {self.workers}")
+        lo_hi = self.sentences_per_segment
+        if len(lo_hi) != 2 or not 1 <= lo_hi[0] <= lo_hi[1]:
+            raise ParamError(f"{prefix}.sentences_per_segment: expected [lo, hi] with 1 <= lo <= hi, got {lo_hi}")
+        sp = self.sentence_pause_seconds
+        if len(sp) != 2 or not 0 <= sp[0] <= sp[1]:
+            raise ParamError(f"{prefix}.sentence_pause_seconds: expected [min, max] with 0 <= min <= max, got {sp}")
+        if not 0 <= self.rate_jitter <= 100:
+            raise ParamError(f"{prefix}.rate_jitter: expected 0..100 words per minute, got {self.rate_jitter}")
+        wg = self.word_gap
+        if len(wg) != 2 or not 0 <= wg[0] <= wg[1] <= 50:
+            raise ParamError(f"{prefix}.word_gap: expected [lo, hi] with 0 <= lo <= hi <= 50 (x 10 ms), got {wg}")
 
 
 @dataclass(frozen=True)
@@ -217,6 +232,27 @@ class DecodeParams:
 
 
 ASR_PRETRAINING = ("shared", "local")
+ASR_MODES = ("per_pair", "shared")
+
+
+@dataclass(frozen=True)
+class AsrParams:
+    """``asr``: which ASR model initialises each pair's ST encoder.
+
+    ``per_pair`` (the paper): one ASR model per pair (stage train_asr), trained on that pair's
+    English. ``shared`` (a demo deviation): one English ASR model trained on ``shared_pair``'s English
+    (stage train_asr_shared) initialises every pair; train_asr@<pair> then copies it and scores it
+    on the pair's own tst-COMMON. The demo corpora of all pairs speak the same synthetic English, so
+    this buys three times the ASR training for the same time."""
+
+    mode: str = "per_pair"
+    shared_pair: str = "en-de"
+
+    def validate(self, prefix: str) -> None:
+        if self.mode not in ASR_MODES:
+            raise ParamError(f"{prefix}.mode: expected one of {list(ASR_MODES)}, got {self.mode!r}")
+        if not PAIR_PATTERN.match(self.shared_pair):
+            raise ParamError(f"{prefix}.shared_pair: expected a pair like 'en-de', got {self.shared_pair!r}")
 
 
 @dataclass(frozen=True)
@@ -251,6 +287,7 @@ class Params:
     train_st: TrainConfig
     decode: DecodeParams
     local: LocalParams
+    asr: AsrParams = field(default_factory=AsrParams)
     extra: dict[str, Any] = field(default_factory=dict)  # sections owned by later stages
 
     def validate(self, prefix: str) -> None:
@@ -259,6 +296,9 @@ class Params:
                 raise ParamError(f"pairs[{i}]: expected a pair like 'en-de', got {pair!r}")
         if len(set(self.pairs)) != len(self.pairs):
             raise ParamError(f"pairs: duplicates in {self.pairs}")
+        if self.asr.mode == "shared" and self.asr.shared_pair not in self.pairs:
+            raise ParamError(f"asr.shared_pair: {self.asr.shared_pair!r} is not in pairs {self.pairs} (its English "
+                             f"trains the shared ASR model); pick one of them or set asr.mode: per_pair")
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

@@ -24,7 +24,9 @@ def main() -> None:
     try:
         summary = write_pair(args.out_dir, args.pair, c.splits, c.seed, c.segments_per_talk,
                              c.n_speakers, c.pause_seconds, c.noise_level, workers=c.workers,
-                             progress=True)
+                             progress=True, sentences_per_segment=c.sentences_per_segment,
+                             sentence_pause_seconds=c.sentence_pause_seconds, rate_jitter=c.rate_jitter,
+                             word_gap=c.word_gap)
     except ValueError as e:
         sys.exit(f"error: {e}")
     print(json.dumps(summary))

@@ -1,26 +1,50 @@
-"""Stage `train_asr`: ASR pretraining of the S2T Transformer on one pair's English transcripts,
-then WER on tst-COMMON. Resumes from runs/asr/<pair>/checkpoints/last.pt when killed.
+"""Stages `train_asr` and `train_asr_shared`: ASR pretraining of the S2T Transformer, then WER on
+tst-COMMON. Resumes from its checkpoints/last.pt when killed.
+
+`asr.mode` (params.yaml) decides who trains:
+
+- ``per_pair`` (the paper): ``train_asr@<pair>`` trains on the pair's English transcripts
+  (runs/asr/<pair>/); ``train_asr_shared`` only writes placeholders.
+- ``shared`` (the demo default): ``train_asr_shared`` trains one English ASR model on
+  ``asr.shared_pair``'s data (runs/asr_shared/); ``train_asr@<pair>`` copies it to runs/asr/<pair>/
+  and scores it on the pair's own tst-COMMON (decoding only).
 
     python stages/train_asr.py en-de            (or: torchrun --nproc_per_node=N stages/train_asr.py en-de)
+    python stages/train_asr.py --shared
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from _common import ROOT, stage_params
 
 from lib.train.loop import init_distributed
-from lib.train.run import run, spec_from_params
+from lib.train.run import adopt_shared_asr, run, spec_from_params, write_unused_shared_asr
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("pair")
+    ap.add_argument("pair", nargs="?", help="the pair (train_asr); omit with --shared")
+    ap.add_argument("--shared", action="store_true", help="the shared English ASR model (train_asr_shared)")
     args = ap.parse_args()
+    if args.shared == (args.pair is not None):
+        ap.error("give a pair, or --shared")
     p = stage_params(args.pair)
+    shared = p.asr.mode == "shared"
+    if args.shared and not shared:
+        print(json.dumps(write_unused_shared_asr(ROOT)))
+        return
+    if not args.shared and shared:
+        try:
+            metrics = adopt_shared_asr(p, ROOT, args.pair)
+        except (FileNotFoundError, ValueError) as e:
+            sys.exit(f"error: {e}")
+        print(json.dumps(metrics))
+        return
     init_distributed()
-    metrics = run(spec_from_params(p, ROOT, "asr", args.pair))
+    metrics = run(spec_from_params(p, ROOT, "asr_shared" if args.shared else "asr", args.pair))
     if metrics:
         print(json.dumps(metrics))
 

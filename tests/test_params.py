@@ -68,6 +68,19 @@ def test_paper_profile_has_the_papers_hyperparameters() -> None:
         assert section.clip_norm == 10.0 and section.label_smoothing == 0.1
         assert section.ctc_weight == 0.0
     assert p.decode.beam == 5
+    # the demo's deviations stay out of the paper profile
+    assert p.asr.mode == "per_pair" and not p.train_st.init_decoder and p.train_st.amp == "none"
+
+
+def test_shared_asr_pair_must_be_a_configured_pair(tmp_path) -> None:
+    def mutate(p):
+        p["asr"] = {"mode": "shared", "shared_pair": "en-fr"}
+    with pytest.raises(ParamError, match=r"asr\.shared_pair"):
+        load_params(_write(tmp_path, mutate))
+    def bad_mode(p):
+        p["asr"]["mode"] = "joint"
+    with pytest.raises(ParamError, match=r"asr\.mode"):
+        load_params(_write(tmp_path, bad_mode))
 
 
 def test_profile_and_params_have_the_same_keys() -> None:

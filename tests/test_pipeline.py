@@ -100,9 +100,14 @@ def test_repro_builds_mustc_layout_and_prepared_data(tiny_repo: Path) -> None:
 
 @pytest.mark.slow
 def test_repro_trains_analyses_and_reports(tiny_repo: Path) -> None:
+    shared_model = (tiny_repo / "runs/asr_shared/model.pt").read_bytes()  # asr.mode: shared (the demo default)
     for pair in TINY["pairs"]:
         asr = json.loads((tiny_repo / "metrics/asr" / f"{pair}.json").read_text())
         assert 0 <= asr["wer"] and asr["updates"] == TRAIN_TINY["max_updates"]
+        assert asr["asr_mode"] == "shared" and asr["trained_on"] == "en-de"
+        assert (tiny_repo / "runs/asr" / pair / "model.pt").read_bytes() == shared_model
+        hyps = (tiny_repo / "runs/asr" / pair / "hyps.tst-COMMON.txt").read_text().splitlines()
+        assert len(hyps) == TINY["corpus"]["splits"]["tst-COMMON"]  # decoded on the pair's own test audio
         for system in ("st", "local"):
             m = json.loads((tiny_repo / "metrics" / system / pair / "seed1.json").read_text())
             assert 0 <= m["bleu"] <= 100 and 0 <= m["chrf"] <= 100
@@ -123,12 +128,16 @@ def test_repro_trains_analyses_and_reports(tiny_repo: Path) -> None:
         assert shared == {**asr, "asr_pretraining": "shared"}
         assert ((tiny_repo / "runs/asr_local" / pair / "model.pt").read_bytes()
                 == (tiny_repo / "runs/asr" / pair / "model.pt").read_bytes())
+        for model in ("asr", "st"):  # attention health of both models (stages health_asr, health_st)
+            health = json.loads((tiny_repo / "metrics/health" / pair / f"{model}.json").read_text())
+            assert {"full", "w1", "alg1"} <= set(health["band_test"]) and health["summary"]["heads"] > 0
+            assert (tiny_repo / "plots/health" / pair / f"{model}.png").stat().st_size > 1000
     summary = json.loads((tiny_repo / "metrics/summary.json").read_text())
     assert set(summary) >= {f"{p}/{s}/{m}" for p in TINY["pairs"] for s in ("baseline", "local")
                             for m in ("bleu", "asr_wer")}
     assert all(isinstance(v, (int, float)) for v in summary.values())  # flat
     report = (tiny_repo / "reports/report.md").read_text()
-    assert "Table 2" in report and "| en-de | local |" in report
+    assert "Table 2" in report and "| en-de | local |" in report and "## Attention health" in report
 
 
 @pytest.mark.slow
@@ -206,21 +215,43 @@ def test_exp_run_with_local_asr_pretraining(tiny_repo: Path) -> None:
 def test_repro_after_a_kill_in_final_decoding_keeps_the_curves(tiny_repo: Path) -> None:
     """A run killed after its last checkpoint (while decoding): `dvc repro` resumes at the final update,
     only decodes, and the training curves logged before the kill survive (DVC must not delete them)."""
-    run_dir = tiny_repo / "runs/asr/en-de"
+    run_dir = tiny_repo / "runs/asr_shared"  # asr.mode: shared trains here
     loss_tsv = run_dir / "live/plots/metrics/train/loss.tsv"
     curve = loss_tsv.read_text()
-    metrics = (tiny_repo / "metrics/asr/en-de.json").read_text()
+    metrics = (tiny_repo / "metrics/asr_shared.json").read_text()
     (run_dir / "model.pt").unlink()  # what a kill during the final decoding leaves: no model.pt yet
-    out = _run(["dvc", "repro", "-s", "train_asr@en-de"], tiny_repo).stdout
-    assert "Running stage 'train_asr@en-de'" in out
+    out = _run(["dvc", "repro", "-s", "train_asr_shared"], tiny_repo).stdout
+    assert "Running stage 'train_asr_shared'" in out
     assert loss_tsv.read_text() == curve  # every step's row, none lost and none doubled
     assert len(curve.splitlines()) == 1 + TRAIN_TINY["max_updates"]
-    assert (tiny_repo / "metrics/asr/en-de.json").read_text() == metrics
+    assert (tiny_repo / "metrics/asr_shared.json").read_text() == metrics
 
     # the curves themselves deleted as well (checkpoints kept): the stage still completes, with a warning
     shutil.rmtree(run_dir / "live/plots")
     (run_dir / "model.pt").unlink()
-    proc = _run(["dvc", "repro", "-s", "train_asr@en-de"], tiny_repo)
+    proc = _run(["dvc", "repro", "-s", "train_asr_shared"], tiny_repo)
     assert "training curves up to update 3 are lost" in proc.stdout + proc.stderr
     assert (run_dir / "live/plots/metrics").is_dir()
-    assert (tiny_repo / "metrics/asr/en-de.json").read_text() == metrics
+    assert (tiny_repo / "metrics/asr_shared.json").read_text() == metrics
+
+
+@pytest.mark.slow
+def test_exp_run_with_per_pair_asr(tiny_repo: Path) -> None:
+    """asr.mode=per_pair (the paper): every pair trains its own ASR model; train_asr_shared only
+    writes placeholders. (Last in this file: it leaves the workspace in per_pair mode.)"""
+    import torch
+
+    out = _run(["dvc", "exp", "run", "-S", "asr.mode=per_pair", "train_asr"], tiny_repo).stdout
+    assert "Running stage 'train_asr@en-de'" in out and "Running stage 'train_asr@en-es'" in out
+    placeholder = torch.load(tiny_repo / "runs/asr_shared/model.pt", weights_only=True)
+    assert set(placeholder) == {"unused"}
+    assert json.loads((tiny_repo / "metrics/asr_shared.json").read_text()) == {"asr_mode": "per_pair"}
+    models = set()
+    for pair in TINY["pairs"]:
+        m = json.loads((tiny_repo / "metrics/asr" / f"{pair}.json").read_text())
+        assert "asr_mode" not in m and m["updates"] == TRAIN_TINY["max_updates"]
+        state = torch.load(tiny_repo / "runs/asr" / pair / "model.pt", weights_only=True)
+        assert state["pair"] == pair
+        models.add((tiny_repo / "runs/asr" / pair / "model.pt").read_bytes())
+        assert list((tiny_repo / "runs/asr" / pair / "checkpoints").iterdir())  # trained here
+    assert len(models) == len(TINY["pairs"])

@@ -7,8 +7,13 @@
 
 Text comes from :mod:`lib.corpus.grammar`, speech from eSpeak NG (:mod:`lib.corpus.speech`).
 A talk has one speaker (an eSpeak voice with its own rate and pitch) and holds
-``segments_per_talk`` sentences separated by random pauses, over faint Gaussian noise, so a
-reader must cut segments by the yaml offsets exactly as for real TED talks. Talk numbers run on
+``segments_per_talk`` segments separated by random pauses, over faint Gaussian noise, so a
+reader must cut segments by the yaml offsets exactly as for real TED talks. A segment is one
+sentence, or (``sentences_per_segment = [lo, hi]``) ``lo..hi`` consecutive sentences separated by
+short pauses (``sentence_pause_seconds``), like MuST-C's multi-sentence segments; its yaml entry
+spans them all and its text lines join them with a space. Per sentence, the speaker's rate can
+vary by ``± rate_jitter`` words per minute and eSpeak inserts ``word_gap = [lo, hi]`` x 10 ms
+between words (drawn per sentence): demo-only sources of acoustic variability. Talk numbers run on
 across splits (no talk is in two splits). English sentences are unique within a pair, so no
 dev/test sentence was seen in training.
 
@@ -44,11 +49,24 @@ class Speaker:
 
 
 @dataclass(frozen=True)
+class SegmentPlan:
+    """One segment: its sentences (``{"en": ..., <lang>: ...}``), the voice of each (the speaker's,
+    with per-sentence rate / word-gap variation) and the pauses between them (seconds)."""
+
+    sentences: tuple[dict[str, str], ...]
+    voices: tuple[Voice, ...]
+    inner_pauses: tuple[float, ...]  # len(sentences) - 1
+
+    def text(self, lang: str) -> str:
+        return " ".join(s[lang] for s in self.sentences)
+
+
+@dataclass(frozen=True)
 class TalkPlan:
     split: str
     talk_number: int
     speaker: Speaker
-    sentences: tuple[dict[str, str], ...]
+    segments: tuple[SegmentPlan, ...]
     pauses: tuple[float, ...]  # seconds of silence before each segment, plus one trailing pause
     noise_seed: int
 
@@ -69,13 +87,25 @@ def make_speakers(n: int, rng: random.Random) -> list[Speaker]:
     return speakers
 
 
+def _sentence_voice(base: Voice, rng: random.Random, rate_jitter: int, word_gap: Sequence[int]) -> Voice:
+    """The speaker's voice for one sentence (no draw when there is no variation, so the default
+    corpus does not depend on these options)."""
+    rate = base.rate + (rng.randint(-rate_jitter, rate_jitter) if rate_jitter else 0)
+    gap = rng.randint(word_gap[0], word_gap[1]) if word_gap[1] > word_gap[0] else word_gap[0]
+    return Voice(name=base.name, rate=min(450, max(80, rate)), pitch=base.pitch, word_gap=gap)
+
+
 def plan_pair(pair: str, splits: dict[str, int], seed: int, segments_per_talk: int, n_speakers: int,
-              pause_seconds: Sequence[float]) -> list[TalkPlan]:
+              pause_seconds: Sequence[float], sentences_per_segment: Sequence[int] = (1, 1),
+              sentence_pause_seconds: Sequence[float] = (0.1, 0.4), rate_jitter: int = 0,
+              word_gap: Sequence[int] = (0, 0)) -> list[TalkPlan]:
     """Decide every talk of one pair (text, speaker, pauses) before any audio is made."""
     lang = pair.split("-")[1]
     rng = random.Random(pair_seed(seed, pair))
     speakers = make_speakers(n_speakers, rng)
-    total = sum(splits.values())
+    lo, hi = sentences_per_segment
+    per_segment = {split: [rng.randint(lo, hi) if hi > lo else lo for _ in range(n)] for split, n in splits.items()}
+    total = sum(sum(v) for v in per_segment.values())
     # Oversample, then keep unique English sentences in generation order.
     seen: set[str] = set()
     unique: list[dict[str, str]] = []
@@ -97,14 +127,22 @@ def plan_pair(pair: str, splits: dict[str, int], seed: int, segments_per_talk: i
     cursor = 0
     ordered = [s for s in SPLIT_ORDER if s in splits] + sorted(s for s in splits if s not in SPLIT_ORDER)
     for split in ordered:
-        sentences = unique[cursor:cursor + splits[split]]
-        cursor += splits[split]
-        for start in range(0, len(sentences), segments_per_talk):
+        groups = []
+        for k in per_segment[split]:
+            groups.append(tuple(unique[cursor:cursor + k]))
+            cursor += k
+        for start in range(0, len(groups), segments_per_talk):
             talk_number += 1
-            chunk = tuple(sentences[start:start + segments_per_talk])
+            chunk = groups[start:start + segments_per_talk]
             pauses = tuple(round(rng.uniform(*pause_seconds), 3) for _ in range(len(chunk) + 1))
-            plans.append(TalkPlan(split=split, talk_number=talk_number, speaker=rng.choice(speakers),
-                                  sentences=chunk, pauses=pauses, noise_seed=rng.randrange(2**31)))
+            speaker = rng.choice(speakers)
+            segments = tuple(SegmentPlan(
+                sentences=group,
+                voices=tuple(_sentence_voice(speaker.voice, rng, rate_jitter, word_gap) for _ in group),
+                inner_pauses=tuple(round(rng.uniform(*sentence_pause_seconds), 3) for _ in group[1:]),
+            ) for group in chunk)
+            plans.append(TalkPlan(split=split, talk_number=talk_number, speaker=speaker,
+                                  segments=segments, pauses=pauses, noise_seed=rng.randrange(2**31)))
     return plans
 
 
@@ -119,9 +157,14 @@ def _render_talk(plan: TalkPlan, noise_level: float) -> tuple[np.ndarray, list[t
     pieces: list[np.ndarray] = []
     spans: list[tuple[int, int]] = []
     pos = 0
-    for sentence, pause in zip(plan.sentences, plan.pauses):
+    for segment, pause in zip(plan.segments, plan.pauses):
         gap = np.zeros(int(round(pause * SAMPLE_RATE)), dtype=np.float32)
-        speech = _SYNTH.synthesize(sentence["en"], plan.speaker.voice)
+        parts = []
+        for i, (sentence, voice) in enumerate(zip(segment.sentences, segment.voices)):
+            if i:
+                parts.append(np.zeros(int(round(segment.inner_pauses[i - 1] * SAMPLE_RATE)), dtype=np.float32))
+            parts.append(_SYNTH.synthesize(sentence["en"], voice))
+        speech = np.concatenate(parts)
         pieces += [gap, speech]
         pos += len(gap)
         spans.append((pos, len(speech)))
@@ -156,13 +199,17 @@ def yaml_entry(offset: float, duration: float, words: int, speaker_id: str, wav:
 
 def write_pair(out_dir: Path, pair: str, splits: dict[str, int], seed: int, segments_per_talk: int,
                n_speakers: int, pause_seconds: Sequence[float], noise_level: float, workers: int = 1,
-               progress: bool = True) -> dict:
+               progress: bool = True, sentences_per_segment: Sequence[int] = (1, 1),
+               sentence_pause_seconds: Sequence[float] = (0.1, 0.4), rate_jitter: int = 0,
+               word_gap: Sequence[int] = (0, 0)) -> dict:
     """Write ``<out_dir>/<pair>`` atomically; return a small summary (counts, hours)."""
     lang = pair.split("-")[1]
     if lang not in grammar.LANGUAGES:
         raise ValueError(f"corpus: no demo grammar for target language {lang!r} of pair {pair!r}; "
                          f"available: {', '.join('en-' + x for x in grammar.LANGUAGES)}")
-    plans = plan_pair(pair, splits, seed, segments_per_talk, n_speakers, pause_seconds)
+    plans = plan_pair(pair, splits, seed, segments_per_talk, n_speakers, pause_seconds,
+                      sentences_per_segment=sentences_per_segment, sentence_pause_seconds=sentence_pause_seconds,
+                      rate_jitter=rate_jitter, word_gap=word_gap)
     summary: dict = {"pair": pair, "splits": {}}
     with atomic_dir(Path(out_dir) / pair) as tmp:
         yaml_lines: dict[str, list[str]] = {s: [] for s in splits}
@@ -175,14 +222,15 @@ def write_pair(out_dir: Path, pair: str, splits: dict[str, int], seed: int, segm
             wav_dir = tmp / "data" / plan.split / "wav"
             wav_dir.mkdir(parents=True, exist_ok=True)
             sf.write(wav_dir / wav_name, pcm, SAMPLE_RATE, subtype="PCM_16", format="WAV")
-            for sentence, (start, length) in zip(plan.sentences, spans):
+            for segment, (start, length) in zip(plan.segments, spans):
+                english = segment.text("en")
                 yaml_lines[plan.split].append(yaml_entry(start / SAMPLE_RATE, length / SAMPLE_RATE,
-                                                         len(sentence["en"].split()),
+                                                         len(english.split()),
                                                          plan.speaker.speaker_id, wav_name))
-                src_lines[plan.split].append(sentence["en"] + "\n")
-                tgt_lines[plan.split].append(sentence[lang] + "\n")
+                src_lines[plan.split].append(english + "\n")
+                tgt_lines[plan.split].append(segment.text(lang) + "\n")
                 audio_seconds[plan.split] += length / SAMPLE_RATE
-            bar.update(len(plan.sentences))
+            bar.update(len(plan.segments))
         bar.close()
         for split in splits:
             txt = tmp / "data" / split / "txt"

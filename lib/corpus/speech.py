@@ -67,23 +67,26 @@ class Voice:
             ``espeak-ng-data/voices/!v`` (case-sensitive).
         rate: speaking rate in words per minute (eSpeak accepts 80-450).
         pitch: base pitch, 0-100 (eSpeak's default is 50).
+        word_gap: extra pause between words in units of 10 ms (eSpeak's ``wordgap``, 0-50).
     """
 
     name: str
     rate: int
     pitch: int
+    word_gap: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip() or self.name != self.name.strip():
             raise ValueError(f"invalid eSpeak voice name {self.name!r}")
-        for field, value, lo, hi in (("rate", self.rate, 80, 450), ("pitch", self.pitch, 0, 100)):
+        for field, value, lo, hi in (("rate", self.rate, 80, 450), ("pitch", self.pitch, 0, 100),
+                                     ("word_gap", self.word_gap, 0, 50)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
                 raise ValueError(
                     f"voice {self.name!r}: {field} must be an int in [{lo}, {hi}], got {value!r}"
                 )
 
     def __str__(self) -> str:
-        return f"{self.name}@{self.rate}wpm/p{self.pitch}"
+        return f"{self.name}@{self.rate}wpm/p{self.pitch}" + (f"/gap{self.word_gap}" if self.word_gap else "")
 
 
 #: Distinct speakers (accent x variant x rate x pitch); each one was verified to
@@ -344,7 +347,7 @@ class _Engine:
             (_PITCH, int(voice.pitch)),
             (_RANGE, 50),
             (_VOLUME, _VOLUME_VALUE),
-            (_WORDGAP, 0),
+            (_WORDGAP, int(voice.word_gap)),
         ):
             status = lib.espeak_SetParameter(param, value, 0)
             if status != _EE_OK:

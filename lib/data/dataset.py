@@ -69,7 +69,9 @@ class SpeechDataset:
     """One split of one prepared pair for one task ("asr": English targets, "st": translations)."""
 
     def __init__(self, prepared_dir: Path, split: str, task: str, max_frames: int | None = None,
-                 max_target_tokens: int | None = None) -> None:
+                 max_target_tokens: int | None = None, vocab_dir: Path | None = None) -> None:
+        """``vocab_dir``: the prepared folder whose SentencePiece model tokenises the targets (default
+        ``prepared_dir``; another pair's for a model trained with that pair's vocabulary)."""
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         self.prepared_dir = Path(prepared_dir)
@@ -77,8 +79,8 @@ class SpeechDataset:
         if not manifest.is_file():
             raise FileNotFoundError(f"{manifest}: no such manifest (run the prepare stage first)")
         self.split, self.task = split, task
-        self.spm = spm.SentencePieceProcessor(
-            model_file=str(self.prepared_dir / ("spm_asr.model" if task == "asr" else "spm_st.model")))
+        self.spm = spm.SentencePieceProcessor(model_file=str(
+            Path(vocab_dir or self.prepared_dir) / ("spm_asr.model" if task == "asr" else "spm_st.model")))
         rows = read_manifest(manifest)
         texts = [r["src_text"] if task == "asr" else r["tgt_text"] for r in rows]
         token_ids = self.spm.encode(texts)

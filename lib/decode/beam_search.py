@@ -291,14 +291,16 @@ def greedy_search(model: nn.Module, feats: Tensor, feat_lengths: Tensor, max_len
 
 def translate_dataset(model: nn.Module, dataset: Any, batch_max_frames: int, cfg: BeamSearchConfig,
                       device: torch.device | str, progress: bool = True, *,
-                      task: int | None = None) -> list[str]:
+                      task: int | None = None, amp: str = "none") -> list[str]:
     """Decode every utterance of a :class:`lib.data.dataset.SpeechDataset`; detokenised
     hypotheses in dataset order. Batches are length-sorted (``batch_by_frames``, no shuffling).
     ``cfg.beam == 1`` (without n-gram blocking) takes the greedy fast path. ``task`` (a task id)
-    is passed to the encoder as a (B,) tensor when given."""
+    is passed to the encoder as a (B,) tensor when given; ``amp`` (a resolved precision,
+    lib.train.loop.resolve_amp) runs the model under autocast."""
     from tqdm.auto import tqdm
 
-    from lib.data.dataset import EOS_ID, PAD_ID, UNK_ID, batch_by_frames, collate
+    from lib.data.dataset import batch_by_frames, collate
+    from lib.precision import autocast
 
     device = torch.device(device)
     hyps: list[str | None] = [None] * len(dataset)
@@ -310,14 +312,21 @@ def translate_dataset(model: nn.Module, dataset: Any, batch_max_frames: int, cfg
             feats = batch.feats.to(device)
             lengths = batch.feat_lengths.to(device)
             task_t = None if task is None else torch.full((len(indices),), task, dtype=torch.long, device=device)
-            if greedy:
-                ids = greedy_search(model, feats, lengths, cfg.max_len_a, cfg.max_len_b, min_len=cfg.min_len,
-                                    unk_penalty=cfg.unk_penalty, eos=EOS_ID, pad=PAD_ID, unk=UNK_ID, task=task_t)
-            else:
-                ids = beam_search(model, feats, lengths, cfg, eos=EOS_ID, pad=PAD_ID, unk=UNK_ID, task=task_t)
+            with autocast(device, amp):
+                ids = _decode_batch(model, feats, lengths, cfg, greedy, task_t)
             for i, h in zip(indices, ids):
                 hyps[i] = dataset.decode(h)
             bar.update(len(indices))
     assert all(h is not None for h in hyps)
     return hyps  # type: ignore[return-value]
 
+
+def _decode_batch(model: nn.Module, feats: Tensor, lengths: Tensor, cfg: BeamSearchConfig, greedy: bool,
+                  task: Tensor | None) -> list[list[int]]:
+    """Token ids of one batch: greedy fast path or beam search."""
+    from lib.data.dataset import EOS_ID, PAD_ID, UNK_ID
+
+    if greedy:
+        return greedy_search(model, feats, lengths, cfg.max_len_a, cfg.max_len_b, min_len=cfg.min_len,
+                             unk_penalty=cfg.unk_penalty, eos=EOS_ID, pad=PAD_ID, unk=UNK_ID, task=task)
+    return beam_search(model, feats, lengths, cfg, eos=EOS_ID, pad=PAD_ID, unk=UNK_ID, task=task)

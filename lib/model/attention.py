@@ -58,6 +58,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lib.model.dropout import dropout
+
 __all__ = [
     "ATTENTION_VARIANTS",
     "AttentionOutput",
@@ -124,7 +126,8 @@ class SelfAttention(nn.Module):
     needs_prev_attn: bool = False
 
     def __init__(
-        self, d_model: int, n_heads: int, dropout: float, *, proj_heads: int | None = None
+        self, d_model: int, n_heads: int, dropout: float, *, proj_heads: int | None = None,
+        rel_pos_max: int = 0,
     ) -> None:
         super().__init__()
         if d_model % n_heads != 0:
@@ -142,6 +145,13 @@ class SelfAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, proj_dim, bias=True)
         self.v_proj = nn.Linear(d_model, proj_dim, bias=True)
         self.out_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=True)
+        # Diagnostic control (model.overrides.rel_pos_bias, not in the paper): a learned bias per
+        # head and clipped relative offset j - i in [-K, K] added to the scores (T5 / Shaw et al.
+        # style), zero at initialisation so the model starts as the plain one.
+        self.rel_pos_max = int(rel_pos_max)
+        if self.rel_pos_max < 0:
+            raise ValueError(f"rel_pos_max must be >= 0, got {rel_pos_max}")
+        self.rel_pos_bias = nn.Parameter(torch.zeros(self.proj_heads, 2 * self.rel_pos_max + 1)) if self.rel_pos_max else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -168,17 +178,33 @@ class SelfAttention(nn.Module):
         B, H, N, dh = ctx.shape
         return ctx.transpose(1, 2).reshape(B, N, H * dh)
 
+    def relative_bias(self, n: int, dtype: torch.dtype) -> Tensor | None:
+        """(H, N, N) learned bias b[h, clip(j - i, -K, K)] when ``rel_pos_max`` K > 0, else None."""
+        if self.rel_pos_bias is None:
+            return None
+        pos = torch.arange(n, device=self.rel_pos_bias.device)
+        offset = (pos[None, :] - pos[:, None]).clamp(-self.rel_pos_max, self.rel_pos_max) + self.rel_pos_max
+        return self.rel_pos_bias[:, offset].to(dtype)  # (H, N, N)
+
+    def score_bias(self, key_padding_mask: Tensor | None, n: int, dtype: torch.dtype) -> Tensor | None:
+        """Additive score bias: padding (B, 1, 1, N) plus the relative-position bias (H, N, N)."""
+        bias = key_padding_bias(key_padding_mask, dtype)
+        rel = self.relative_bias(n, dtype)
+        if rel is None:
+            return bias
+        return rel[None] if bias is None else bias + rel[None]
+
     def _softmax_weights(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        """Explicit softmax(q k^T / sqrt(dh) + pad bias): (B, H, N, N), rows sum to 1."""
+        """Explicit softmax(q k^T / sqrt(dh) + bias): (B, H, N, N), rows sum to 1."""
         scores = torch.matmul(q, k.transpose(-2, -1)) * self.scaling
-        bias = key_padding_bias(key_padding_mask, scores.dtype)
+        bias = self.score_bias(key_padding_mask, q.shape[2], scores.dtype)
         if bias is not None:
             scores = scores + bias
         return torch.softmax(scores, dim=-1)
 
     def _weighted_sum(self, weights: Tensor, v: Tensor) -> Tensor:
         """Dropout (training only) on the weights, then weights @ v -> (B, H, N, dh)."""
-        return torch.matmul(F.dropout(weights, p=self.dropout, training=self.training), v)
+        return torch.matmul(dropout(weights, self.dropout, self.training), v)
 
     # -- variant core ---------------------------------------------------------------------
 
@@ -263,14 +289,15 @@ class FullAttention(SelfAttention):
     """
 
     def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
-        if need_weights:
+        if need_weights or (self.training and self.dropout > 0 and q.device.type == "cpu"):
+            # (on CPU, training: the explicit path with the fast dropout mask, lib.model.dropout)
             weights = self._softmax_weights(q, k, key_padding_mask)
             return self._weighted_sum(weights, v), weights
         ctx = F.scaled_dot_product_attention(
             q,
             k,
             v,
-            attn_mask=key_padding_bias(key_padding_mask, q.dtype),
+            attn_mask=self.score_bias(key_padding_mask, q.shape[2], q.dtype),
             dropout_p=self.dropout if self.training else 0.0,
             scale=self.scaling,
         )
@@ -287,7 +314,10 @@ class LocalAttention(SelfAttention):
     tensor so that analysis code sees the same shape for every variant.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, *, window: int) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float, *, window: int, rel_pos_max: int = 0) -> None:
+        if rel_pos_max:
+            raise ValueError("the relative-position bias (model.overrides.rel_pos_bias, a diagnostic control) "
+                             "is not implemented for local attention")
         super().__init__(d_model, n_heads, dropout)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
             raise ValueError(f"local attention window must be a positive odd integer, got {window!r}")
@@ -311,8 +341,32 @@ class LocalAttention(SelfAttention):
         return f"{super().extra_repr()}, window={self.window}"
 
 
-# Keyword parameters of the base constructor are not spec keys (d_model / n_heads / dropout
-# come from the model config; proj_heads is a variant-internal detail).
+@register_attention("banded")
+class BandedAttention(FullAttention):
+    """Full attention with keys outside |i - j| <= (window - 1) / 2 masked: mathematically the
+    ``local`` variant, but through a dense (B, H, N, N) score matrix, so it also takes the
+    relative-position bias control. For analysis at inference (the band test of
+    lib/analysis/health.py on models with ``rel_pos_bias``); training uses ``local``."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, *, window: int, rel_pos_max: int = 0) -> None:
+        super().__init__(d_model, n_heads, dropout, rel_pos_max=rel_pos_max)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
+            raise ValueError(f"banded attention window must be a positive odd integer, got {window!r}")
+        self.window = window
+
+    def score_bias(self, key_padding_mask: Tensor | None, n: int, dtype: torch.dtype) -> Tensor | None:
+        pos = torch.arange(n, device=self.q_proj.weight.device)
+        outside = (pos[None, :] - pos[:, None]).abs() > (self.window - 1) // 2  # (N, N)
+        band = mask_bias(outside, dtype)[None, None]
+        bias = super().score_bias(key_padding_mask, n, dtype)
+        return band if bias is None else bias + band
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, window={self.window}"
+
+
+# Keyword parameters of the base constructor are not spec keys (d_model / n_heads / dropout /
+# rel_pos_max come from the model config; proj_heads is a variant-internal detail).
 _BASE_PARAMS = frozenset(inspect.signature(SelfAttention.__init__).parameters)
 
 
@@ -329,8 +383,9 @@ def _spec_params(cls: type[SelfAttention]) -> tuple[set[str], set[str]]:
     return allowed, required
 
 
-def build_attention(spec: dict, d_model: int, n_heads: int, dropout: float) -> SelfAttention:
-    """Build one attention module from ``{"type": name, **variant_kwargs}``.
+def build_attention(spec: dict, d_model: int, n_heads: int, dropout: float, *, rel_pos_max: int = 0) -> SelfAttention:
+    """Build one attention module from ``{"type": name, **variant_kwargs}`` (``rel_pos_max``: the
+    model-level relative-position-bias control, 0 = off).
 
     Raises ValueError naming an unknown type, unknown keys or missing required keys.
     """
@@ -354,4 +409,6 @@ def build_attention(spec: dict, d_model: int, n_heads: int, dropout: float) -> S
     missing = sorted(required - set(params))
     if missing:
         raise ValueError(f"missing key(s) {missing} for attention type {kind!r}")
+    if rel_pos_max:
+        params["rel_pos_max"] = rel_pos_max
     return cls(d_model, n_heads, dropout, **params)

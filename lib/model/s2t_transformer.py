@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lib.model.attention import SelfAttention, build_attention, mask_bias
+from lib.model.dropout import Dropout, dropout
 
 __all__ = [
     "MODEL_SIZES",
@@ -62,6 +63,8 @@ __all__ = [
 # ----------------------------------------------------------------------------------------
 # Configuration
 # ----------------------------------------------------------------------------------------
+
+SUBSAMPLER_NORMS = ("none", "layernorm")
 
 
 @dataclass
@@ -85,6 +88,16 @@ class ModelConfig:
     # Optional CTC head on the encoder output (auxiliary ASR loss); None -> no head.
     ctc_vocab_size: int | None = None
     pad_idx: int = 1  # fairseq dictionary convention
+    # Encoder input (demo-only deviations from fairseq; the paper profile keeps the defaults):
+    # scale_embedding: multiply the subsampler output by sqrt(d) (fairseq; False = its
+    #   --no-scale-embedding). subsampler_norm: "layernorm" normalises the subsampler output (before
+    #   the positions are added, as wav2vec 2.0 does for its feature encoder), which keeps the
+    #   sinusoidal positions from being drowned by a growing subsampler output (see the README).
+    scale_embedding: bool = True
+    subsampler_norm: str = "none"  # none | layernorm
+    # Diagnostic control, not in the paper: a zero-initialised learned relative-position bias per
+    # encoder head over offsets clipped to [-K, K] (K = rel_pos_bias; 0 = off, full attention only).
+    rel_pos_bias: int = 0
 
     def __post_init__(self) -> None:
         if self.encoder_attention is None:
@@ -104,6 +117,10 @@ class ModelConfig:
             raise ValueError(f"conv_kernel={self.conv_kernel} must be odd ((len-1)//2+1 lengths)")
         if self.vocab_size <= self.pad_idx:
             raise ValueError(f"vocab_size={self.vocab_size} must exceed pad_idx={self.pad_idx}")
+        if self.subsampler_norm not in SUBSAMPLER_NORMS:
+            raise ValueError(f"subsampler_norm must be one of {list(SUBSAMPLER_NORMS)}, got {self.subsampler_norm!r}")
+        if not isinstance(self.scale_embedding, bool):
+            raise ValueError(f"scale_embedding must be true or false, got {self.scale_embedding!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True)."""
@@ -240,14 +257,14 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, attention_spec: dict) -> None:
         super().__init__()
         self.self_attn: SelfAttention = build_attention(
-            attention_spec, cfg.d_model, cfg.n_heads, cfg.attention_dropout
+            attention_spec, cfg.d_model, cfg.n_heads, cfg.attention_dropout, rel_pos_max=cfg.rel_pos_bias
         )
         self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
         self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
         self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
-        self.activation_dropout = nn.Dropout(cfg.activation_dropout)
+        self.activation_dropout = Dropout(cfg.activation_dropout)
         self.final_layer_norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(
         self,
@@ -304,13 +321,26 @@ class S2TTransformerEncoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.subsample = Conv1dSubsampler(cfg.n_mels, cfg.conv_channels, cfg.d_model, cfg.conv_kernel)
-        self.embed_scale = math.sqrt(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.subsample_norm = nn.LayerNorm(cfg.d_model) if cfg.subsampler_norm == "layernorm" else None
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
+        self.dropout = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(cfg, spec) for spec in cfg.encoder_attention)
         self.layer_norm = nn.LayerNorm(cfg.d_model)
         self.ctc_proj = (
             nn.Linear(cfg.d_model, cfg.ctc_vocab_size) if cfg.ctc_vocab_size is not None else None
         )
+
+    def embed(self, feats: Tensor, feat_lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The two parts of the first layer's input, before dropout: ``content`` (B, N, d) =
+        embed_scale * [LN](subsampler(feats)) and ``pos`` (B, N, d) sinusoidal positions (zero on
+        padding); plus the padding mask (B, N) and the lengths (B,). Kept apart so the attention
+        health check can measure how much of the input is position."""
+        x, lengths = self.subsample(feats, feat_lengths)
+        padding_mask = lengths_to_padding_mask(lengths, x.size(1))
+        if self.subsample_norm is not None:
+            x = self.subsample_norm(x).masked_fill(padding_mask[..., None], 0.0)
+        pos = sinusoidal_positions(make_positions(padding_mask, self.cfg.pad_idx), x.size(-1), self.cfg.pad_idx)
+        return self.embed_scale * x, pos.to(x.dtype), padding_mask, lengths
 
     def forward(
         self,
@@ -320,10 +350,8 @@ class S2TTransformerEncoder(nn.Module):
         task: Tensor | None = None,
         need_weights: bool = False,
     ) -> EncoderOutput:
-        x, lengths = self.subsample(feats, feat_lengths)
-        padding_mask = lengths_to_padding_mask(lengths, x.size(1))
-        pos = sinusoidal_positions(make_positions(padding_mask, self.cfg.pad_idx), x.size(-1), self.cfg.pad_idx)
-        x = self.dropout(self.embed_scale * x + pos.to(x.dtype))
+        content, pos, padding_mask, lengths = self.embed(feats, feat_lengths)
+        x = self.dropout(content + pos)
 
         layer_inputs: list[Tensor] | None = [] if need_weights else None
         attn_weights: list[Tensor] | None = [] if need_weights else None
@@ -421,13 +449,18 @@ class MultiheadAttention(nn.Module):
         if causal:  # query i (absolute position S - L + i) sees keys <= its position
             qpos = torch.arange(S - L, S, device=query.device)[:, None]
             mask = mask | (torch.arange(S, device=query.device)[None, :] > qpos)
-        ctx = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask_bias(mask, q.dtype),
-            dropout_p=self.dropout if self.training else 0.0,
-        )
+        if self.training and self.dropout > 0 and q.device.type == "cpu":
+            # SDPA would fall back to its math path with torch's slow CPU Bernoulli mask (lib.model.dropout)
+            w = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5 + mask_bias(mask, q.dtype), -1)
+            ctx = torch.matmul(dropout(w, self.dropout, True), v)
+        else:
+            ctx = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask_bias(mask, q.dtype),
+                dropout_p=self.dropout if self.training else 0.0,
+            )
         return self.out_proj(ctx.transpose(1, 2).reshape(B, L, d))
 
 
@@ -442,9 +475,9 @@ class DecoderLayer(nn.Module):
         self.encoder_attn_layer_norm = nn.LayerNorm(cfg.d_model)
         self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
         self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
-        self.activation_dropout = nn.Dropout(cfg.activation_dropout)
+        self.activation_dropout = Dropout(cfg.activation_dropout)
         self.final_layer_norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(
         self,
@@ -481,7 +514,7 @@ class S2TTransformerDecoder(nn.Module):
         self.cfg = cfg
         self.embed_tokens = _embedding(cfg.vocab_size, cfg.d_model, cfg.pad_idx)
         self.embed_scale = math.sqrt(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         self.layer_norm = nn.LayerNorm(cfg.d_model)
         # share_decoder_input_output_embed=False: separate output matrix, no bias.
@@ -622,6 +655,25 @@ class S2TTransformer(nn.Module):
             raise ValueError("encoder state dict does not match: " + "; ".join(errors))
         self.encoder.load_state_dict(to_load, strict=False)
         return LoadReport(loaded=sorted(to_load), skipped=sorted(skipped), missing=sorted(missing))
+
+    def load_decoder_layers_from(self, state_dict: dict[str, Tensor]) -> list[str]:
+        """Initialise the decoder's layers and final LayerNorm from another model's (e.g. the ASR
+        model's, whose decoder has learned to align with the encoder), leaving the token embedding
+        and the output projection (vocabulary-specific) at their initialisation. A demo option
+        (``train_st.init_decoder``), not in the paper. Returns the keys loaded; ValueError when the
+        shapes differ."""
+        if "model" in state_dict and isinstance(state_dict["model"], dict):
+            state_dict = state_dict["model"]
+        target = self.decoder.state_dict()
+        wanted = [k for k in target if k.startswith(("layers.", "layer_norm."))]
+        src = {k: state_dict[f"decoder.{k}"] for k in wanted if f"decoder.{k}" in state_dict}
+        errors = [f"{k}: missing" for k in wanted if k not in src]
+        errors += [f"{k}: shape {tuple(v.shape)} vs {tuple(target[k].shape)}" for k, v in src.items()
+                   if v.shape != target[k].shape]
+        if errors:
+            raise ValueError("decoder state dict does not match: " + "; ".join(errors))
+        self.decoder.load_state_dict(src, strict=False)
+        return sorted(src)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

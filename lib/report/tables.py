@@ -96,3 +96,33 @@ def table2_markdown(scores: Sequence[SystemScores], sig: dict[str, list[dict]]) 
         lines.append(f"| {s.pair} | {s.system} | {bm:.2f} ± {bs:.2f} | {cm:.2f} ± {cs:.2f} | {len(s.seeds)} | "
                      f"{'' if paper is None else f'{paper:.2f}'} | {ps} |")
     return "\n".join(lines) + "\n"
+
+
+HEALTH_COLUMNS = (
+    ("position_share", "position share (layer 1)", "{:.2f}"),
+    ("c_ii_mean", "C_ii", "{:.2f}"),
+    ("band2_mean", "±2 mass / uniform", "{:.2f}"),
+    ("local_heads", "heads ≥ 2× at ±2", "{}"),
+    ("falloff_mean", "contribution offsets 1-2 / 6-8", "{:.2f}"),
+    ("acc_full", "acc full", "{:.1f}"),
+    ("acc_w1", "acc w=1", "{:.1f}"),
+    ("acc_alg1", "acc Alg. 1", "{:.1f}"),
+    ("alg1_gap_recovered", "gap recovered", "{:.0%}"),
+)
+
+
+def health_markdown(root: Path, pairs: Sequence[str]) -> str:
+    """One row per pair and model from ``metrics/health/<pair>/<model>.json`` (stages health_asr /
+    health_st): the summary over layers k+1..L, Algorithm 1's windows, and the band test."""
+    head = "| pair | model | " + " | ".join(c[1] for c in HEALTH_COLUMNS) + " | Alg. 1 windows (layers k+1..L) |"
+    lines = [head, "|" + "---|" * (len(HEALTH_COLUMNS) + 3)]
+    for pair in pairs:
+        for model in ("asr", "st"):
+            path = root / "metrics" / "health" / pair / f"{model}.json"
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: missing (written by the health_{model} stage)")
+            m = json.loads(path.read_text(encoding="utf-8"))
+            s = m["summary"]
+            cells = [("–" if s.get(key) is None else fmt.format(s[key])) for key, _, fmt in HEALTH_COLUMNS]
+            lines.append(f"| {pair} | {model.upper()} | " + " | ".join(cells) + f" | {m.get('algorithm1_windows', '–')} |")
+    return "\n".join(lines) + "\n"

@@ -31,6 +31,7 @@ from torch import nn
 from tqdm import tqdm
 
 from lib.data.dataset import BOS_ID, PAD_ID, Batch, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
+from lib.precision import AMP_MODES, autocast, resolve_amp
 from lib.train import checkpoint as ckpt
 from lib.train.objectives import ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss
 
@@ -54,24 +55,32 @@ class TrainConfig:
     weight_decay: float = 0.0
     ctc_weight: float = 0.0  # auxiliary encoder CTC loss (ESPnet-style); 0 in the paper
     specaugment: bool = True
+    # ST only, a demo option (not in the paper): also initialise the decoder's layers (not its
+    # embeddings / output projection) from the ASR model, whose decoder already aligns with the encoder.
+    init_decoder: bool = False
+    # SpecAugment time-mask width cap as a share of the utterance (fairseq's LB policy: 1.0, i.e.
+    # only T = 100 frames caps it; 0.2 keeps masks proportional on short demo utterances).
+    specaug_time_p: float = 1.0
     max_frames_train: int = 3000
     max_target_tokens: int = 1024
     eval_every: int = 1000
     save_every: int = 1000
     average_last: int = 5  # average of the last K saved snapshots
     best_metric: str = "loss"  # loss | nll | wer | bleu | chrf
-    amp: str = "none"  # none | bf16 | fp16 (CUDA only for fp16)
+    amp: str = "none"  # none | bf16 | fp16 (CUDA only) | auto (bf16 where the device has it: resolve_amp)
 
     def validate(self, prefix: str = "train") -> None:
         """ValueError naming ``<prefix>.<key>`` for an invalid value."""
         if self.best_metric not in LOWER_IS_BETTER:
             raise ValueError(f"{prefix}.best_metric must be one of {sorted(LOWER_IS_BETTER)}, got {self.best_metric!r}")
-        if self.amp not in ("none", "bf16", "fp16"):
-            raise ValueError(f"{prefix}.amp must be none, bf16 or fp16, got {self.amp!r}")
+        if self.amp not in AMP_MODES:
+            raise ValueError(f"{prefix}.amp must be one of {list(AMP_MODES)}, got {self.amp!r}")
         for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",
                      "warmup_updates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{prefix}.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.specaug_time_p <= 1.0:
+            raise ValueError(f"{prefix}.specaug_time_p must be in (0, 1], got {self.specaug_time_p}")
         if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:
             raise ValueError(f"{prefix}: lr and clip_norm must be > 0, label_smoothing in [0, 1), ctc_weight >= 0")
 
@@ -136,7 +145,7 @@ class Criterion(nn.Module):
 
 @torch.no_grad()
 def dev_loss(model: nn.Module, dataset: SpeechDataset, max_frames: int, device: torch.device,
-             label_smoothing: float) -> dict[str, float]:
+             label_smoothing: float, amp: str = "none") -> dict[str, float]:
     """Teacher-forced dev loss and nll per target token (nats), eval mode, no SpecAugment."""
     core = model
     was_training = core.training
@@ -144,7 +153,8 @@ def dev_loss(model: nn.Module, dataset: SpeechDataset, max_frames: int, device: 
     total = nll_total = tokens = 0.0
     for idx in batch_by_frames(dataset.n_frames, max_frames, shuffle=False):
         batch = collate(dataset, idx).to(device)
-        logits = core.decode(batch.prev_tokens, core.encode(batch.feats, batch.feat_lengths))
+        with autocast(device, amp):
+            logits = core.decode(batch.prev_tokens, core.encode(batch.feats, batch.feat_lengths))
         loss, nll = label_smoothed_nll_loss(logits, batch.target, label_smoothing, PAD_ID)
         total, nll_total, tokens = total + float(loss), nll_total + float(nll), tokens + batch.n_target_tokens
     core.train(was_training)
@@ -236,9 +246,9 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                 old.unlink()
     criterion = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
     net = nn.parallel.DistributedDataParallel(criterion) if world > 1 else criterion
-    amp_dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.amp]
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp == "fp16")
-    specaug = SpecAugmentConfig() if cfg.specaugment else None
+    amp = resolve_amp(cfg.amp, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+    specaug = SpecAugmentConfig(time_mask_p=cfg.specaug_time_p) if cfg.specaugment else None
 
     def gather_rng() -> list[dict]:
         state = _rng_state()
@@ -262,7 +272,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             old.unlink()
 
     def run_eval() -> dict[str, float]:
-        metrics = {f"dev/{k}": v for k, v in dev_loss(model, dev_ds, cfg.max_frames, device, cfg.label_smoothing).items()}
+        metrics = {f"dev/{k}": v for k, v in dev_loss(model, dev_ds, cfg.max_frames, device, cfg.label_smoothing, amp).items()}
         if evaluate is not None and rank == 0:
             model.eval()
             metrics.update({f"dev/{k}": v for k, v in evaluate(model).items()})
@@ -303,7 +313,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             for b, batch in enumerate(batches):
                 sync = b == len(batches) - 1 or world == 1
                 ctx = net.no_sync() if (world > 1 and not sync) else _nullcontext()
-                with ctx, torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                with ctx, autocast(device, amp):
                     loss, parts = net(batch)
                     if not math.isfinite(parts["ce"]) or not math.isfinite(parts.get("ctc", 0.0)):
                         raise FloatingPointError(

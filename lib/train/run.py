@@ -30,11 +30,12 @@ from lib.data.dataset import SpeechDataset
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf, wer
 from lib.io import atomic_write_json, atomic_write_text
-from lib.model.s2t_transformer import S2TTransformer, model_config
+from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config
+from lib.precision import resolve_amp
 from lib.train import checkpoint as ckpt
 from lib.train.loop import TrainConfig, dist_info, train
 
-SYSTEMS = ("asr", "asr_local", "st", "local")
+SYSTEMS = ("asr", "asr_shared", "asr_local", "st", "local")
 LIVE_PLOTS = Path("live") / "plots" / "metrics"  # dvclive curves, declared as plots in dvc.yaml
 FINAL_CHECKPOINTS = {"avg_last_k": "avg_last_k.pt", "best": "best.pt", "last": "last.pt"}
 
@@ -135,10 +136,16 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     if spec.init_encoder is not None:
         state = ckpt.load(spec.init_encoder)
         model.load_encoder_from(state["model"])
+        if cfg.init_decoder:
+            model.load_decoder_layers_from(state["model"])
         init_digest = file_digest(spec.init_encoder)
 
+    amp = resolve_amp(cfg.amp, device)
+    if rank == 0:
+        print(f"precision: {amp}" + (f" (amp: auto on {device.type})" if cfg.amp == "auto" else ""), file=sys.stderr)
     run_config = {
         "task": spec.task, "model": mcfg.to_dict(), "init_encoder": init_digest,
+        "precision": amp,  # `auto` resolves per machine: never resume a run made in another precision
         "world_size": world,  # the data order per process depends on it: resume only with the same
         "data": file_digest(spec.prepared_dir / "train.tsv", spec.prepared_dir / "dev.tsv",
                             spec.prepared_dir / ("spm_asr.model" if spec.task == "asr" else "spm_st.model")),
@@ -147,7 +154,8 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     dev_subset = _Subset(dev_ds, spec.max_dev_decode)
 
     def evaluate(m: torch.nn.Module) -> dict[str, float]:
-        hyps = translate_dataset(m, dev_subset, spec.decode_batch_frames, spec.dev_decode, device, progress=False)
+        hyps = translate_dataset(m, dev_subset, spec.decode_batch_frames, spec.dev_decode, device, progress=False,
+                                 amp=amp)
         return score(spec.task, hyps, refs_dev)
 
     spec.out_dir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +188,8 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     ckpt.save(spec.out_dir / "model.pt", {"model": model.state_dict(), "model_config": mcfg.to_dict(),
                                           "task": spec.task, "pair": spec.pair, "checkpoint": spec.final_checkpoint})
     t1 = time.perf_counter()
-    hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress)
+    hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress,
+                             amp=amp)
     decode_seconds = time.perf_counter() - t1
     refs = [test_ds.reference(i) for i in range(len(test_ds))]
     atomic_write_text(spec.out_dir / f"hyps.{spec.test_split}.txt", "".join(h + "\n" for h in hyps))
@@ -190,6 +199,7 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
         "updates": summary["updates"],
         "sentences": len(hyps),
         "params": model.num_parameters(),
+        "precision": amp,
     }
     if spec.task == "st":
         metrics["bleu_signature"] = bleu_signature()
@@ -202,7 +212,9 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
 
 def spec_from_params(p: Any, root: Path, system: str, pair: str, seed: int | None = None,
                      encoder_attention: list[dict] | None = None) -> RunSpec:
-    """The RunSpec of one pipeline run from params: ``system`` is ``asr`` (per pair), ``asr_local``
+    """The RunSpec of one pipeline run from params: ``system`` is ``asr`` (per pair), ``asr_shared``
+    (the one English ASR model of ``asr.mode: shared``, trained on ``asr.shared_pair``; ``pair`` is
+    ignored), ``asr_local``
     (per pair: ASR pretraining with the local-attention spec, when ``local.asr_pretraining`` is
     ``local``), ``st`` (the baseline) or ``local`` (per pair and seed). ST and local runs take the
     ``train_st`` hyperparameters with their seed and the pair's ASR encoder, so they differ in
@@ -214,7 +226,11 @@ def spec_from_params(p: Any, root: Path, system: str, pair: str, seed: int | Non
     d = p.decode
     test = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
     dev = BeamSearchConfig(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
-    if system in ("asr", "asr_local"):
+    if system == "asr_shared":  # one English ASR model for every pair (asr.mode: shared)
+        pair = p.asr.shared_pair
+        out_dir, metrics_path = root / "runs" / system, root / "metrics" / f"{system}.json"
+        train_cfg, init = p.train_asr, None
+    elif system in ("asr", "asr_local"):
         out_dir, metrics_path = root / "runs" / system / pair, root / "metrics" / system / f"{pair}.json"
         train_cfg, init = p.train_asr, None
     else:
@@ -224,7 +240,7 @@ def spec_from_params(p: Any, root: Path, system: str, pair: str, seed: int | Non
         metrics_path = root / "metrics" / system / pair / f"seed{seed}.json"
         train_cfg = dataclasses.replace(p.train_st, seed=seed)
         init = root / "runs" / ("asr_local" if system == "local" else "asr") / pair / "model.pt"
-    return RunSpec(task="asr" if system in ("asr", "asr_local") else "st", pair=pair,
+    return RunSpec(task="asr" if system.startswith("asr") else "st", pair=pair,
                    prepared_dir=root / p.data.prepared_dir / pair,
                    out_dir=out_dir, metrics_path=metrics_path, train=train_cfg, model_size=p.model.size,
                    model_overrides=p.model.overrides, encoder_attention=encoder_attention, init_encoder=init,
@@ -249,6 +265,34 @@ def local_encoder_attention(p: Any, root: Path, pair: str) -> list[dict]:
     return validate_spec(spec, n_layers, key=f"{path}: encoder_attention")
 
 
+def _adopt_run_dir(src_dir: Path, dst_dir: Path, hyps: str | None = None) -> None:
+    """Make ``dst_dir`` hold ``src_dir``'s model.pt, its tst-COMMON hypotheses (or ``hyps`` when
+    given: decoded elsewhere) and its training curves, with an empty ``checkpoints/`` (they are the
+    source run's). Files are written atomically, the curves folder is swapped in whole."""
+    import shutil
+
+    from lib.io import atomic_write_bytes
+
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(dst_dir / "model.pt", (src_dir / "model.pt").read_bytes())
+    if hyps is None:
+        atomic_write_bytes(dst_dir / "hyps.tst-COMMON.txt", (src_dir / "hyps.tst-COMMON.txt").read_bytes())
+    else:
+        atomic_write_text(dst_dir / "hyps.tst-COMMON.txt", hyps)
+    if (dst_dir / "checkpoints").exists():
+        shutil.rmtree(dst_dir / "checkpoints")
+    (dst_dir / "checkpoints").mkdir()
+    tmp = dst_dir / "live.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    if (src_dir / "live").is_dir():
+        shutil.copytree(src_dir / "live", tmp)
+    else:
+        (tmp / LIVE_PLOTS.relative_to("live")).mkdir(parents=True)
+    if (dst_dir / "live").exists():
+        shutil.rmtree(dst_dir / "live")
+    tmp.rename(dst_dir / "live")
+
+
 def share_asr_run(src_dir: Path, src_metrics: Path, dst_dir: Path, dst_metrics: Path) -> dict[str, Any]:
     """``local.asr_pretraining: shared``: make ``dst_dir`` (runs/asr_local/<pair>) a faithful copy of
     the baseline's ASR run ``src_dir`` -- model.pt, test hypotheses and training curves -- with its
@@ -256,26 +300,61 @@ def share_asr_run(src_dir: Path, src_metrics: Path, dst_dir: Path, dst_metrics: 
     runs/asr_local/<pair>/model.pt and the copy says where it came from. ``dst_dir/checkpoints``
     is left empty (checkpoints of an earlier ``local`` run are removed: they are not this model's).
     Every file is written atomically; returns the metrics written."""
-    import shutil
-
-    from lib.io import atomic_write_bytes
-
     for name in ("model.pt", "hyps.tst-COMMON.txt"):
         if not (src_dir / name).is_file():
             raise FileNotFoundError(f"{src_dir / name}: missing; it is written by the train_asr stage")
-    dst_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("model.pt", "hyps.tst-COMMON.txt"):
-        atomic_write_bytes(dst_dir / name, (src_dir / name).read_bytes())
-    if (dst_dir / "checkpoints").exists():
-        shutil.rmtree(dst_dir / "checkpoints")
-    (dst_dir / "checkpoints").mkdir()
-    if (dst_dir / "live").exists():
-        shutil.rmtree(dst_dir / "live")
-    if (src_dir / "live").is_dir():
-        tmp = dst_dir / "live.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src_dir / "live", tmp)
-        tmp.rename(dst_dir / "live")
+    _adopt_run_dir(src_dir, dst_dir)
     metrics = {**json.loads(src_metrics.read_text(encoding="utf-8")), "asr_pretraining": "shared"}
     atomic_write_json(dst_metrics, metrics)
+    return metrics
+
+
+def adopt_shared_asr(p: Any, root: Path, pair: str, *, progress: bool = True) -> dict[str, Any]:
+    """``asr.mode: shared``: make runs/asr/<pair> the shared English ASR model (runs/asr_shared,
+    trained on ``asr.shared_pair``): model.pt and training curves copied, its tst-COMMON
+    hypotheses decoded on *this* pair's test audio (with the shared model's vocabulary) and scored
+    against this pair's English references, so metrics/asr/<pair>.json is the shared model's WER
+    here. ``checkpoints/`` is left empty (they are the shared run's). Written atomically."""
+    src = root / "runs" / "asr_shared"
+    if not (src / "model.pt").is_file():
+        raise FileNotFoundError(f"{src / 'model.pt'}: missing; it is written by the train_asr_shared stage")
+    state = ckpt.load(src / "model.pt")
+    if "model" not in state:
+        raise ValueError(f"{src / 'model.pt'}: not a model (train_asr_shared ran with asr.mode: per_pair); "
+                         f"run `dvc repro train_asr_shared` again")
+    shared_metrics = json.loads((root / "metrics" / "asr_shared.json").read_text(encoding="utf-8"))
+    spec = spec_from_params(p, root, "asr", pair)
+    device = auto_device()
+    amp = resolve_amp(spec.train.amp, device)
+    model = S2TTransformer(ModelConfig.from_dict(state["model_config"])).to(device)
+    model.load_state_dict(state["model"])
+    model.eval()
+    test_ds = SpeechDataset(spec.prepared_dir, spec.test_split, "asr",
+                            vocab_dir=root / p.data.prepared_dir / p.asr.shared_pair)
+    t0 = time.perf_counter()
+    hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress, amp=amp)
+    refs = [test_ds.reference(i) for i in range(len(test_ds))]
+    _adopt_run_dir(src, spec.out_dir, "".join(h + "\n" for h in hyps))
+    metrics = {**score("asr", hyps, refs), "asr_mode": "shared", "trained_on": p.asr.shared_pair,
+               "dev_best": shared_metrics.get("dev_best"), "updates": shared_metrics.get("updates"),
+               "sentences": len(hyps), "params": model.num_parameters(), "precision": amp}
+    atomic_write_json(spec.metrics_path, metrics)
+    atomic_write_json(spec.out_dir / "timing.json", {"train_seconds": 0.0,
+                                                     "decode_seconds": round(time.perf_counter() - t0, 1)})
+    return metrics
+
+
+def write_unused_shared_asr(root: Path) -> dict[str, Any]:
+    """``asr.mode: per_pair``: train_asr_shared has nothing to train; it writes placeholders for its
+    outputs (a model.pt with no weights that names the mode) so the DVC graph is the same in both modes."""
+    from lib.io import atomic_write_bytes
+
+    out = root / "runs" / "asr_shared"
+    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (out / LIVE_PLOTS).mkdir(parents=True, exist_ok=True)
+    ckpt.save(out / "model.pt", {"unused": "asr.mode is per_pair: every pair trains its own ASR model (train_asr)"})
+    atomic_write_bytes(out / "hyps.tst-COMMON.txt", b"")
+    atomic_write_json(out / "timing.json", {"train_seconds": 0.0, "decode_seconds": 0.0})
+    metrics = {"asr_mode": "per_pair"}
+    atomic_write_json(root / "metrics" / "asr_shared.json", metrics)
     return metrics

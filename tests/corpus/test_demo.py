@@ -17,12 +17,48 @@ def test_plan_is_unique_deterministic_and_talks_do_not_span_splits() -> None:
     a = plan_pair("en-it", **KW)
     assert a == plan_pair("en-it", **KW)
     assert a != plan_pair("en-it", **{**KW, "seed": 4})
-    english = [s["en"] for p in a for s in p.sentences]
+    english = [s["en"] for p in a for seg in p.segments for s in seg.sentences]
     assert len(english) == sum(SPLITS.values()) == len(set(english))
     assert [p.talk_number for p in a] == list(range(1, len(a) + 1))
     for split, n in SPLITS.items():
-        assert sum(len(p.sentences) for p in a if p.split == split) == n
-    assert all(len(p.pauses) == len(p.sentences) + 1 for p in a)
+        assert sum(len(p.segments) for p in a if p.split == split) == n
+    assert all(len(p.pauses) == len(p.segments) + 1 for p in a)
+    assert all(seg.voices == (p.speaker.voice,) for p in a for seg in p.segments)  # no variation by default
+
+
+def test_multi_sentence_segments_and_voice_variation() -> None:
+    a = plan_pair("en-de", **KW, sentences_per_segment=[2, 4], rate_jitter=20, word_gap=[0, 5])
+    segs = [seg for p in a for seg in p.segments]
+    assert len(segs) == sum(SPLITS.values())
+    counts = [len(seg.sentences) for seg in segs]
+    assert min(counts) >= 2 and max(counts) <= 4 and len(set(counts)) > 1
+    english = [s["en"] for seg in segs for s in seg.sentences]
+    assert len(english) == len(set(english)) == sum(counts)
+    for p in a:
+        for seg in p.segments:
+            assert len(seg.inner_pauses) == len(seg.sentences) - 1
+            assert seg.text("en") == " ".join(s["en"] for s in seg.sentences)
+            for v in seg.voices:
+                assert v.name == p.speaker.voice.name and abs(v.rate - p.speaker.voice.rate) <= 20
+                assert 0 <= v.word_gap <= 5
+    assert len({v.rate for seg in segs for v in seg.voices}) > 3
+    # the default options draw nothing extra: the default plan is unchanged by their existence
+    assert plan_pair("en-de", **KW) == plan_pair("en-de", **KW, sentences_per_segment=[1, 1], rate_jitter=0,
+                                                   word_gap=[0, 0])
+
+
+def test_multi_sentence_segment_audio_and_text(tmp_path: Path) -> None:
+    kw = {**KW, "splits": {"train": 3, "dev": 1, "tst-COMMON": 1}}
+    write_pair(tmp_path, "en-es", noise_level=0.0, progress=False, sentences_per_segment=[2, 2], **kw)
+    txt = tmp_path / "en-es" / "data" / "train" / "txt"
+    entries = yaml.safe_load((txt / "train.yaml").read_text())
+    en = (txt / "train.en").read_text(encoding="utf-8").splitlines()
+    es = (txt / "train.es").read_text(encoding="utf-8").splitlines()
+    assert len(entries) == len(en) == len(es) == 3
+    plan = plan_pair("en-es", **kw, sentences_per_segment=[2, 2])
+    first = plan[0].segments[0]
+    assert en[0] == first.text("en") and es[0] == first.text("es")
+    assert entries[0]["rW"] == len(en[0].split())
 
 
 def test_write_pair_layout_offsets_and_workers_identical(tmp_path: Path) -> None:

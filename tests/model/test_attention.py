@@ -205,3 +205,33 @@ def test_cuda_fast_and_explicit_paths_agree():
         res = attn(x, mask, need_weights=True)
         fast = attn(x, mask)
     assert torch.isfinite(res.weights).all() and torch.isfinite(fast.out).all()
+
+
+def test_banded_equals_local_attention():
+    """`banded` (dense band mask, for the band test of models with the relative-position control)
+    computes exactly what `local` computes, padding included."""
+    x, mask, _ = _inputs(N=11)
+    for w in (1, 3, 7, 23):
+        torch.manual_seed(0)
+        banded = build_attention({"type": "banded", "window": w}, D, H, 0.0).eval()
+        local = build_attention({"type": "local", "window": w}, D, H, 0.0).eval()
+        local.load_state_dict(banded.state_dict())
+        a, b = banded(x, mask, need_weights=True), local(x, mask, need_weights=True)
+        valid = ~mask
+        torch.testing.assert_close(a.out[valid], b.out[valid], atol=1e-5, rtol=1e-5)
+        q_valid = valid[:, None, :, None] & valid[:, None, None, :]  # valid queries and keys
+        torch.testing.assert_close(a.weights * q_valid, b.weights * q_valid, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="odd"):
+        build_attention({"type": "banded", "window": 4}, D, H, 0.0)
+
+
+def test_training_path_with_dropout_uses_the_fast_mask_and_is_seeded():
+    """On CPU in training, full attention takes the explicit path (lib.model.dropout's masks):
+    same torch seed, same output."""
+    attn = build_attention({"type": "full"}, D, H, 0.3)
+    x, mask, _ = _inputs()
+    attn.train()
+    torch.manual_seed(3)
+    a = attn(x, mask).out
+    torch.manual_seed(3)
+    torch.testing.assert_close(attn(x, mask).out, a, rtol=0, atol=0)

@@ -291,6 +291,64 @@ def test_load_encoder_from_asr():
         st.load_encoder_from(bigger.state_dict())
 
 
+def test_load_decoder_layers_keeps_the_vocabulary_parts():
+    """train_st.init_decoder: decoder layers + final LN from the ASR model, embeddings and output
+    projection (another vocabulary) untouched."""
+    asr = S2TTransformer(model_config("tiny", vocab_size=11))
+    torch.manual_seed(5)
+    st = _model(seed=2)
+    before = {k: v.clone() for k, v in st.decoder.state_dict().items()}
+    loaded = st.load_decoder_layers_from({"model": asr.state_dict()})
+    assert loaded and all(k.startswith(("layers.", "layer_norm.")) for k in loaded)
+    for k, v in st.decoder.state_dict().items():
+        if k in loaded:
+            assert torch.equal(v, asr.decoder.state_dict()[k]), k
+        else:
+            assert k.startswith(("embed_tokens", "output_projection")) and torch.equal(v, before[k]), k
+    deeper = S2TTransformer(model_config("tiny", vocab_size=11, ffn_dim=48))
+    with pytest.raises(ValueError, match="fc1.weight"):
+        st.load_decoder_layers_from(deeper.state_dict())
+
+
+def test_encoder_input_options():
+    """scale_embedding / subsampler_norm change the first layer's input as documented; the LN
+    version is still padding-invariant."""
+    feats, lengths, _ = _batch()
+    base = _model(seed=3)
+    plain = _model(seed=3, scale_embedding=False)
+    c1, p1, pad, _ = base.encoder.embed(feats, lengths)
+    c2, p2, _, _ = plain.encoder.embed(feats, lengths)
+    torch.testing.assert_close(c1, c2 * 4.0)  # sqrt(d) = 4 for d = 16
+    torch.testing.assert_close(p1, p2)
+    normed = _model(seed=3, scale_embedding=False, subsampler_norm="layernorm")
+    c3, _, pad, _ = normed.encoder.embed(feats, lengths)
+    valid = c3[~pad]
+    torch.testing.assert_close(valid.mean(-1), torch.zeros(valid.shape[0]), atol=1e-5, rtol=0)
+    assert c3[pad].abs().max() == 0
+    one = normed.encode(feats[2:, :9], lengths[2:]).out[0, :3]
+    torch.testing.assert_close(normed.encode(feats, lengths).out[2, :3], one, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="subsampler_norm"):
+        model_config("tiny", vocab_size=V, subsampler_norm="batchnorm")
+
+
+def test_relative_position_bias_control():
+    """rel_pos_bias: zero at init (the plain model's output), a learned (H, 2K+1) table per layer."""
+    plain, rel = _model(seed=4), _model(seed=4, rel_pos_bias=3)
+    feats, lengths, tokens = _batch()
+    torch.testing.assert_close(rel(feats, lengths, tokens), plain(feats, lengths, tokens))
+    att = rel.encoder.layers[0].self_attn
+    assert att.rel_pos_bias.shape == (2, 7)
+    with torch.no_grad():
+        att.rel_pos_bias[:, 3 + 1] = 5.0  # every head favours the next token
+    w = rel.encode(feats, lengths, need_weights=True).attn_weights[0]
+    n = int(rel.encode(feats, lengths).lengths[0])
+    diag1 = torch.diagonal(w[0, 0, :n, :n], offset=1)
+    assert diag1.mean() > 0.5
+    spec = [{"type": "full"}, {"type": "local", "window": 3}]
+    with pytest.raises(ValueError, match="not implemented for local"):
+        S2TTransformer(model_config("tiny", vocab_size=V, rel_pos_bias=2, encoder_layers=2, encoder_attention=spec))
+
+
 def test_eval_is_deterministic_and_train_is_not():
     model = _model()
     feats, lengths, tokens = _batch()

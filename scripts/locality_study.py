@@ -1,0 +1,164 @@
+"""What makes attention locality emerge in the demo's speech encoder: the study behind the demo's
+defaults, one `dvc exp run` per row, on en-de.
+
+    python scripts/locality_study.py                 # every row, in order (~1.5-2 h on 2 cores)
+    python scripts/locality_study.py --rows A B      # some rows
+    python scripts/locality_study.py --list          # the rows and their commands
+    python scripts/locality_study.py --table         # only re-print the table from the saved results
+
+Each row is ``dvc exp run -n study-<row> -S 'pairs=[en-de]' -S 'seeds=[1]' -S <change> ... <target>``
+run in this workspace, from the committed params.yaml (the workspace's params.yaml is restored after
+each row). ASR rows stop at ``health_asr@en-de`` (the cheap check: the shared English ASR model's
+attention health); ST rows stop at ``health_st@en-de`` (ST seed 1, select_windows, its health) and
+``train_local@en-de-1`` (seed 1 retrained with local attention), and
+reuse the ASR model of the row they build on. Every row sets every studied key explicitly, so rows
+do not depend on the order they run in. Afterwards `dvc exp show` / `dvc metrics diff` compare them,
+and this script writes the table to reports/locality_study.md (+ .json with the wall times).
+
+Columns (layers 4-12 unless stated; lib/analysis/health.py): position share at layer 1, C_ii, raw
+attention within ±2 over uniform, heads with >= 2x, contribution at offsets 1-2 over 6-8, Algorithm
+1's windows, the inference band test (teacher-forced dev token accuracy with layers 4-12 local at
+w = 1, 9 and Algorithm 1's windows, next to full attention), WER or BLEU, wall minutes of the row.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT_JSON = ROOT / "reports" / "locality_study.json"
+OUT_MD = ROOT / "reports" / "locality_study.md"
+
+# The keys the study varies; every row states all of them (row A = the first demo's setting).
+OLD_DEFAULT = {
+    "model.overrides": "{}",
+    "corpus.sentences_per_segment": "[1,1]",
+    "corpus.rate_jitter": "0",
+    "corpus.word_gap": "[0,0]",
+    "corpus.noise_level": "0.001",
+    "train_asr.max_updates": "700",
+    "train_st.init_decoder": "false",
+    "train_st.lr": "3.0e-3",
+    "train_st.max_frames": "6000",
+    "decode.max_len_b": "60",
+}
+LN = {"model.overrides": "{scale_embedding: false, subsampler_norm: layernorm}"}
+VARIABILITY = {"corpus.rate_jitter": "20", "corpus.word_gap": "[0,3]", "corpus.noise_level": "0.005"}
+TWO = {"corpus.sentences_per_segment": "[2,2]", "decode.max_len_b": "100"}
+DEMO_ASR = {**LN, **TWO, **VARIABILITY, "train_asr.max_updates": "2400"}  # the demo default's ASR model
+
+ROWS: list[tuple[str, str, dict[str, str], str]] = [
+    ("A", "fairseq input (√d-scaled subsampler), 1 sentence per segment, 700 ASR updates (the first demo)",
+     {}, "asr"),
+    ("B", "LayerNorm on the subsampler output instead of √d", LN, "asr"),
+    ("C", "B + learned relative-position bias (zero-init control)",
+     {"model.overrides": "{scale_embedding: false, subsampler_norm: layernorm, rel_pos_bias: 16}"}, "asr"),
+    ("D", "B, 2000 ASR updates", {**LN, "train_asr.max_updates": "2000"}, "asr"),
+    ("E", "B + acoustic variability (rate ±20 wpm, word gaps 0-30 ms, noise 0.005), 1200 updates",
+     {**LN, **VARIABILITY, "train_asr.max_updates": "1200"}, "asr"),
+    ("F", "B + two sentences per segment (N ≈ 109), 1200 updates", {**LN, **TWO, "train_asr.max_updates": "1200"},
+     "asr"),
+    ("G", "F + acoustic variability", {**LN, **TWO, **VARIABILITY, "train_asr.max_updates": "1200"}, "asr"),
+    ("H", "G, 2400 updates (the demo's ASR model)", DEMO_ASR, "asr"),
+    ("I", "ST from H, the paper's recipe (encoder from ASR; lr 3e-3, 6000-frame batches)", DEMO_ASR, "st"),
+    ("J", "I + decoder layers from the ASR model", {**DEMO_ASR, "train_st.init_decoder": "true"}, "st"),
+    ("K", "J with lr 1.5e-3 and 3000-frame batches (the demo's ST)",
+     {**DEMO_ASR, "train_st.init_decoder": "true", "train_st.lr": "1.5e-3", "train_st.max_frames": "3000"}, "st"),
+    ("M", "K with 6000-frame batches (twice the ST compute)",
+     {**DEMO_ASR, "train_st.init_decoder": "true", "train_st.lr": "1.5e-3", "train_st.max_frames": "6000"}, "st"),
+    ("L", "G, 3600 updates", {**LN, **TWO, **VARIABILITY, "train_asr.max_updates": "3600"}, "asr"),
+]
+
+
+def row_command(name: str, change: dict[str, str], kind: str) -> list[str]:
+    sets = {"pairs": "[en-de]", "seeds": "[1]", "asr.mode": "shared", "asr.shared_pair": "en-de",
+            **OLD_DEFAULT, **change}
+    cmd = ["dvc", "exp", "run", "-n", f"study-{name}"]
+    for key, value in sets.items():
+        cmd += ["-S", f"{key}={value}"]
+    # ST rows also retrain seed 1 with local attention in layers 4-12 (Algorithm 1's windows): the
+    # criterion that matters most (local within 1 BLEU of the baseline), one seed.
+    return cmd + ([f"health_{kind}@en-de"] if kind == "asr" else ["health_st@en-de", "train_local@en-de-1"])
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def collect(kind: str) -> dict:
+    """The row's figures from the workspace right after its run."""
+    health = _read(ROOT / "metrics" / "health" / "en-de" / f"{kind}.json")
+    out = {"summary": health.get("summary", {}), "windows": health.get("algorithm1_windows"),
+           "band_test": {k: v["acc"] for k, v in health.get("band_test", {}).items()}}
+    if kind == "asr":
+        out["wer"] = _read(ROOT / "metrics" / "asr_shared.json").get("wer")
+    else:
+        out["bleu"] = _read(ROOT / "metrics" / "st" / "en-de" / "seed1.json").get("bleu")
+        out["local_bleu"] = _read(ROOT / "metrics" / "local" / "en-de" / "seed1.json").get("bleu")
+    return out
+
+
+def table(results: dict) -> str:
+    head = ("| row | change | model | position share | C_ii | ±2 mass / uniform | heads ≥ 2× | offsets 1-2 / 6-8 | "
+            "Alg. 1 windows (layers 4-12) | acc full / w=1 / w=9 / Alg. 1 | WER / BLEU (baseline, local) | minutes |")
+    lines = [head, "|" + "---|" * 12]
+    for name, desc, _, kind in ROWS:
+        r = results.get(name)
+        if not r:
+            continue
+        s, bt = r["summary"], r["band_test"]
+
+        def f(v, fmt="{:.2f}"):
+            return "–" if v is None else fmt.format(v)
+
+        acc = " / ".join(f(bt.get(k), "{:.1f}") for k in ("full", "w1", "w9", "alg1"))
+        score = (f"WER {f(r.get('wer'))}" if kind == "asr"
+                 else f"BLEU {f(r.get('bleu'))}, local {f(r.get('local_bleu'))}")
+        lines.append(f"| {name} | {desc} | {kind.upper()} | {f(s.get('position_share'))} | {f(s.get('c_ii_mean'))} | "
+                     f"{f(s.get('band2_mean'))} | {s.get('local_heads', '–')}/{s.get('heads', '–')} | "
+                     f"{f(s.get('falloff_mean'))} | {r.get('windows')} | {acc} | {score} | {r['minutes']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", nargs="*", help="row names (default: all)")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--table", action="store_true")
+    args = ap.parse_args()
+    known = [r[0] for r in ROWS]
+    wanted = args.rows or known
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        sys.exit(f"error: unknown rows {unknown}; known: {known}")
+    if args.list:
+        for name, desc, change, kind in ROWS:
+            print(f"{name}: {desc}\n   {' '.join(repr(c) if ' ' in c or '[' in c or '{' in c else c for c in row_command(name, change, kind))}")
+        return
+    results = _read(OUT_JSON)
+    if not args.table:
+        for name, desc, change, kind in ROWS:
+            if name not in wanted:
+                continue
+            cmd = row_command(name, change, kind)
+            print(f"== row {name}: {desc}\n$ {' '.join(cmd)}", flush=True)
+            t0 = time.perf_counter()
+            rc = subprocess.run(cmd, cwd=ROOT).returncode
+            minutes = (time.perf_counter() - t0) / 60
+            if rc != 0:
+                sys.exit(f"error: row {name} failed (rc={rc})")
+            results[name] = {**collect(kind), "minutes": round(minutes, 1), "command": " ".join(cmd)}
+            subprocess.run(["git", "checkout", "--", "params.yaml"], cwd=ROOT, check=True)
+            OUT_JSON.parent.mkdir(parents=True, exist_ok=True)
+            OUT_JSON.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    md = table(results)
+    OUT_MD.write_text("# Locality study (scripts/locality_study.py)\n\n" + md, encoding="utf-8")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Attention health (lib/analysis/health.py): hand-computable cases, and the stage end to end."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from lib.analysis.extract import load_model
+from lib.analysis.health import (HealthAccumulator, HealthParams, band_mass, band_test, health_params, input_health,
+                                 teacher_forced, uniform_band_expectation, with_local_layers)
+from lib.analysis.pipeline import analysis_params, choose_samples
+from lib.data.dataset import Batch
+from lib.model.s2t_transformer import S2TTransformer, model_config
+from lib.params import ParamError
+from tests.analysis.test_stages import ANALYSIS, N_LAYERS, PAIR, _is_png, _run_stage, layout, one_thread  # noqa: F401
+
+
+def test_uniform_band_expectation_closed_form():
+    for n in (1, 2, 5, 17):
+        for k in (0, 1, 2, 4, 30):
+            count = sum(1 for i in range(n) for j in range(n) if abs(i - j) <= k)
+            assert uniform_band_expectation(n, k) == pytest.approx(count / n)
+    with pytest.raises(ValueError):
+        uniform_band_expectation(0, 1)
+
+
+def test_uniform_attention_has_band_ratio_one():
+    n, h = 13, 3
+    attn = torch.full((h, n, n), 1.0 / n)
+    for k in (1, 2, 4):
+        torch.testing.assert_close(band_mass(attn, k), torch.full((h,), uniform_band_expectation(n, k), dtype=torch.float64))
+
+
+def test_hand_built_banded_attention():
+    """Head 0 attends only to the query itself; head 1 splits evenly over |i - j| <= 2 (clipped at
+    the edges): masses within ±1 and ±2 follow by counting."""
+    n = 10
+    eye = torch.eye(n)
+    idx = torch.arange(n)
+    band2 = ((idx[None] - idx[:, None]).abs() <= 2).float()
+    band2 = band2 / band2.sum(-1, keepdim=True)
+    attn = torch.stack([eye, band2])
+    assert band_mass(attn, 0).tolist() == pytest.approx([n, n * 0 + float(sum(band2[i, i] for i in range(n)))])
+    m2 = band_mass(attn, 2)
+    assert m2.tolist() == pytest.approx([n, n])  # all mass within ±2 for both heads
+    m1 = band_mass(attn, 1)
+    expected = float(sum(band2[i, j] for i in range(n) for j in range(n) if abs(i - j) <= 1))
+    assert m1.tolist() == pytest.approx([n, expected])
+    ratio2 = m2 / uniform_band_expectation(n, 2)
+    assert ratio2.tolist() == pytest.approx([n / ((n * 5 - 6) / n)] * 2)
+
+
+def _tiny(seed: int = 0, **over) -> S2TTransformer:
+    torch.manual_seed(seed)
+    return S2TTransformer(model_config("tiny", vocab_size=20, encoder_layers=3, **over)).eval()
+
+
+def _batch(n_frames=(60, 37), seed=0) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    B, T = len(n_frames), max(n_frames)
+    feats = torch.zeros(B, T, 80)
+    for b, t in enumerate(n_frames):
+        feats[b, :t] = torch.randn(t, 80, generator=g)
+    tgt = torch.randint(4, 20, (B, 6), generator=g)
+    tgt[:, -1] = 2
+    tgt[1, 4:] = 1  # padding of the second target
+    prev = torch.cat([torch.full((B, 1), 2), tgt[:, :-1]], 1).masked_fill(tgt.eq(1), 1)
+    return Batch([str(i) for i in range(B)], feats, torch.tensor(n_frames), prev, tgt,
+                 tgt.ne(1).sum(1), [""] * B, [""] * B)
+
+
+def test_band_test_with_the_widest_window_equals_full_attention():
+    """w >= 2N - 1 covers every key: identical logits, so identical NLL and accuracy."""
+    model = _tiny()
+    batch = _batch()
+    n = int(model.encode(batch.feats, batch.feat_lengths).lengths.max())
+    wide = 2 * n + 1
+    res = band_test(model, [batch], full_layers=1, windows=[1, wide])
+    assert res["full"] == res[f"w{wide}"]
+    assert res["w1"] != res["full"]
+    with torch.no_grad():
+        full = model(batch.feats, batch.feat_lengths, batch.prev_tokens)
+        local = with_local_layers(model, [wide, wide], 1)(batch.feats, batch.feat_lengths, batch.prev_tokens)
+    torch.testing.assert_close(local, full, rtol=1e-5, atol=1e-5)
+    # teacher_forced counts: accuracy in %, NLL per non-pad target token
+    lp = torch.log_softmax(full, -1)
+    mask = batch.target.ne(1)
+    assert res["full"]["nll"] == pytest.approx(float(-lp.gather(-1, batch.target[..., None])[..., 0][mask].mean()), rel=1e-5)
+    assert res["full"]["acc"] == pytest.approx(100 * float((lp.argmax(-1).eq(batch.target) & mask).sum() / mask.sum()), abs=1e-3)
+    assert teacher_forced(model, [batch], 1) == res["full"]
+
+
+def test_position_share_of_the_input():
+    """Σ pos² / Σ content² is what the scale and the subsampler LayerNorm change."""
+    feats = torch.randn(50, 80)
+    scaled = _tiny(1)
+    c_sq, p_sq = input_health(scaled, feats)
+    plain = _tiny(1, scale_embedding=False)
+    c2, p2 = input_health(plain, feats)
+    assert p2 == pytest.approx(p_sq) and c_sq == pytest.approx(c2 * 16, rel=1e-5)  # sqrt(d)^2 = 16 (d = 16)
+    normed = _tiny(1, scale_embedding=False, subsampler_norm="layernorm")
+    c3, _ = input_health(normed, feats)
+    assert c3 == pytest.approx(16 * 13, rel=1e-2)  # LN output: rms 1 per coordinate, N = 13 tokens
+
+
+def test_accumulator_result_and_algorithm1_windows(layout):
+    ap = analysis_params({"analysis": ANALYSIS})
+    from lib.data.dataset import SpeechDataset
+
+    ds = SpeechDataset(layout / "data" / "prepared" / PAIR, "train", "asr")
+    model, _ = load_model(layout / "runs" / "st" / PAIR / "seed1" / "model.pt")
+    idx = choose_samples(len(ds), ap.window_samples, ap.seed)
+    acc = HealthAccumulator(N_LAYERS, model.cfg.n_heads, select_kwargs=ap.select_kwargs(), threshold=ap.threshold)
+    for i in idx:
+        acc.add(model, ds.features(i))
+    res = acc.result()
+    assert sorted(res["layers"]) == [f"l{i:02d}" for i in range(1, N_LAYERS + 1)]
+    for row in res["layers"].values():
+        assert 0 < row["c_ii"] <= 1 and row["attn_ratio"] > 0 and row["band2"] > 0
+        assert len(row["profile"]) == 8
+    assert all(len(v) == model.cfg.n_heads for v in res["heads_band2"].values())
+    assert res["position_share"] > 0
+    # Algorithm 1's windows equal the select_windows stage's for the same model and sentences.
+    _run_stage("select_windows", layout, [PAIR, "--no-progress"], pytest.MonkeyPatch())
+    table = json.loads((layout / "data" / "windows" / PAIR / "windows.json").read_text())["table"]
+    assert acc.algorithm1_windows(ap.full_layers) == [r["window"] for r in table[ap.full_layers:]]
+
+
+def test_health_stage_end_to_end(layout, monkeypatch):
+    params = yaml.safe_load((layout / "params.yaml").read_text())
+    params["health"] = {"samples": 5, "band_split": "dev", "band_windows": [1, 3], "head_threshold": 2.0}
+    (layout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    _run_stage("select_windows", layout, [PAIR, "--no-progress"], monkeypatch)
+    table = json.loads((layout / "data" / "windows" / PAIR / "windows.json").read_text())["table"]
+    for role in ("asr", "st"):
+        _run_stage("health", layout, [PAIR, role, "--no-progress"], monkeypatch)
+        flat = json.loads((layout / "metrics" / "health" / PAIR / f"{role}.json").read_text())
+        assert set(flat["band_test"]) == {"full", "w1", "w3", "alg1"}
+        s = flat["summary"]
+        assert s["heads"] == (N_LAYERS - ANALYSIS["full_layers"]) * 2 and 0 <= s["local_heads"] <= s["heads"]
+        assert not any(isinstance(v, list) for row in flat["layers"].values() for v in row.values())
+        details = json.loads((layout / "data" / "health" / PAIR / f"{role}.json").read_text())
+        assert details["task"] == role and len(details["algorithm1_windows"]) == N_LAYERS - ANALYSIS["full_layers"]
+        assert details["sentences"] == 5
+        if role == "st":  # the band test uses select_windows' windows
+            assert details["algorithm1_windows"] == [r["window"] for r in table[ANALYSIS["full_layers"]:]]
+            assert details["windows_from"] == "select_windows"
+        assert _is_png(layout / "plots" / "health" / PAIR / f"{role}.png")
+
+
+def test_health_params_name_the_key():
+    with pytest.raises(ParamError, match="health: missing"):
+        health_params({})
+    good = {"samples": 5, "band_split": "dev", "band_windows": [1, 3], "head_threshold": 2.0}
+    assert health_params({"health": good}) == HealthParams(5, "dev", [1, 3], 2.0)
+    with pytest.raises(ParamError, match=r"health\.band_windows\[1\]"):
+        health_params({"health": {**good, "band_windows": [1, 4]}})
+    with pytest.raises(ParamError, match=r"health\.bogus"):
+        health_params({"health": {**good, "bogus": 1}})
+    assert np.isfinite(good["head_threshold"])
