@@ -126,3 +126,68 @@ def health_markdown(root: Path, pairs: Sequence[str]) -> str:
             cells = [("–" if s.get(key) is None else fmt.format(s[key])) for key, _, fmt in HEALTH_COLUMNS]
             lines.append(f"| {pair} | {model.upper()} | " + " | ".join(cells) + f" | {m.get('algorithm1_windows', '–')} |")
     return "\n".join(lines) + "\n"
+
+
+# The paper's Table 1 (En-De ST): windows of layers 4-12, and footnote 3: the main diagonal holds
+# "around 65% of the total contributions in each layer".
+PAPER_EN_DE_WINDOWS = (5, 5, 9, 13, 11, 15, 19, 17, 21)
+PAPER_MAIN_DIAGONAL = 0.65
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties); 0 when either side is constant."""
+    def ranks(v: Sequence[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return r
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError(f"spearman: need two equal-length sequences of >= 2 values, got {len(x)} and {len(y)}")
+    rx, ry = ranks(x), ranks(y)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return 0.0 if sxx == 0 or syy == 0 else sxy / (sxx * syy) ** 0.5
+
+
+def _windows(value) -> list[int]:
+    return [int(w) for w in (value.split() if isinstance(value, str) else value)]
+
+
+def paper_comparison_markdown(root: Path, scores: Sequence[SystemScores], sig: dict[str, list[dict]]) -> str:
+    """What this run shows next to the paper, per pair: the local - baseline BLEU gap and its
+    significance, the ST encoder's main-diagonal share C_ii, and Algorithm 1's windows in the local
+    layers (how many are >= 3, and whether they grow with depth: Spearman's rho of w vs layer).
+    Reads metrics/health/<pair>/st.json (stage health_st)."""
+    by = {(s.pair, s.system): s for s in scores}
+    pairs = list(dict.fromkeys(s.pair for s in scores))
+    paper_rho = spearman(range(len(PAPER_EN_DE_WINDOWS)), PAPER_EN_DE_WINDOWS)
+    lines = ["| pair | local − baseline BLEU (paper) | seeds with p < 0.05 | ST C_ii (paper ≈ 0.65) | "
+             "windows ≥ 3 (paper en-de: 9 of 9) | windows vs depth, Spearman ρ (paper en-de: "
+             f"{paper_rho:.2f}) | ST Alg. 1 windows |", "|---|---|---|---|---|---|---|"]
+    for pair in pairs:
+        base, local = by.get((pair, "baseline")), by.get((pair, "local"))
+        if base is None or local is None:
+            continue
+        path = root / "metrics" / "health" / pair / "st.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing (written by the health_st stage)")
+        health = json.loads(path.read_text(encoding="utf-8"))
+        windows = _windows(health["algorithm1_windows"])
+        gap = local.bleu_mean_std[0] - base.bleu_mean_std[0]
+        paper = PAPER_TABLE2.get(pair)
+        paper_gap = f" ({paper['local'] - paper['baseline']:+.2f})" if paper else ""
+        n_sig = sum(x["p_value"] < 0.05 for x in sig.get(pair, []))
+        ge3 = sum(w >= 3 for w in windows)
+        rho = spearman(range(len(windows)), windows) if len(windows) > 1 else float("nan")
+        lines.append(f"| {pair} | {gap:+.2f}{paper_gap} | {n_sig} of {len(sig.get(pair, []))} | "
+                     f"{health['summary']['c_ii_mean']:.2f} | {ge3} of {len(windows)} | {rho:+.2f} | "
+                     f"{' '.join(map(str, windows))} |")
+    return "\n".join(lines) + "\n"

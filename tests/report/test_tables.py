@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.report.tables import load_scores, summary, table2_markdown
+from lib.report.tables import load_scores, paper_comparison_markdown, spearman, summary, table2_markdown
 
 
 def _write(root: Path, folder: str, pair: str, seed: int, bleu: float, chrf: float) -> None:
@@ -33,3 +33,28 @@ def test_table2_mean_std_and_flat_summary(tmp_path: Path) -> None:
 def test_missing_run_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="seed1.json"):
         load_scores(tmp_path, "en-de", "local", [1])
+
+
+def test_spearman_hand_cases() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3], [5, 5, 5]) == 0.0
+    # ties get average ranks: y ranks (1.5, 1.5, 3) against x ranks (1, 2, 3)
+    assert spearman([1, 2, 3], [7, 7, 9]) == pytest.approx(0.8660254, abs=1e-6)
+    with pytest.raises(ValueError, match="equal-length"):
+        spearman([1, 2], [1])
+
+
+def test_paper_comparison_reads_health_and_scores(tmp_path: Path) -> None:
+    for seed, b in zip([1, 2], [20.0, 22.0]):
+        _write(tmp_path, "st", "en-de", seed, b, 50.0)
+        _write(tmp_path, "local", "en-de", seed, b - 1.5, 49.0)
+    scores = [load_scores(tmp_path, "en-de", s, [1, 2]) for s in ("baseline", "local")]
+    health = tmp_path / "metrics" / "health" / "en-de" / "st.json"
+    health.parent.mkdir(parents=True)
+    health.write_text(json.dumps({"summary": {"c_ii_mean": 0.7412}, "algorithm1_windows": "1 3 5 5 9"}))
+    md = paper_comparison_markdown(tmp_path, scores, {"en-de": [{"p_value": 0.01}, {"p_value": 0.3}]})
+    assert "| en-de | -1.50 (-0.04) | 1 of 2 | 0.74 | 4 of 5 | +0.97 | 1 3 5 5 9 |" in md
+    health.unlink()
+    with pytest.raises(FileNotFoundError, match="health_st"):
+        paper_comparison_markdown(tmp_path, scores, {})
