@@ -1,5 +1,6 @@
 """Training throughput and decoding speed of the S2T Transformer on this machine, and the training
-step time of our model against an equal-size model built from ``torch.nn.Transformer`` modules.
+step time of our model against an equal-size model built from ``torch.nn.Transformer`` modules, and
+the pipeline's default precision (``amp: auto``: bf16 autocast where the CPU has it) against fp32.
 
     python benchmarks/train_throughput.py [--size demo] [--reps 5]
 
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lib.model.s2t_transformer import Conv1dSubsampler, S2TTransformer, model_config  # noqa: E402
+from lib.precision import autocast, resolve_amp  # noqa: E402
 from lib.train.objectives import label_smoothed_nll_loss  # noqa: E402
 
 
@@ -55,14 +57,15 @@ class TorchReference(nn.Module):
         return self.out(y)
 
 
-def step_time(model: nn.Module, batch, reps: int) -> float:
+def step_time(model: nn.Module, batch, reps: int, amp: str = "none") -> float:
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     feats, lengths, prev, target = batch
     times = []
     for i in range(reps + 2):
         t0 = time.perf_counter()
-        logits = model(feats, lengths, prev)
-        loss, _ = label_smoothed_nll_loss(logits, target, 0.1, 1)
+        with autocast(torch.device("cpu"), amp):
+            logits = model(feats, lengths, prev)
+        loss, _ = label_smoothed_nll_loss(logits.float(), target, 0.1, 1)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -97,6 +100,16 @@ def main() -> None:
     print(f"{'ours':<16} {t_ours * 1e3:>9.1f} {frames / t_ours:>10.0f}")
     print(f"{'nn.Transformer':<16} {t_ref * 1e3:>9.1f} {frames / t_ref:>10.0f}")
     print(f"ratio ours / nn.Transformer: {t_ours / t_ref:.2f} (target <= 1.1)")
+    # The pipeline's default precision (amp: auto) against fp32, same model and batch.
+    default = resolve_amp("auto", torch.device("cpu"))
+    if default != "none":
+        t_default = step_time(ours, (feats, lengths, prev, target), args.reps, default)
+        print(f"{'ours fp32':<16} {t_ours * 1e3:>9.1f} {frames / t_ours:>10.0f}")
+        print(f"{'ours ' + default:<16} {t_default * 1e3:>9.1f} {frames / t_default:>10.0f}")
+        print(f"speed-up of amp: auto ({default}) over fp32 per training step: {t_ours / t_default:.2f}x "
+              "(target >= 1.6)")
+    else:
+        print("amp: auto resolves to fp32 on this CPU (no AVX-512 BF16 / AMX): no bf16 comparison")
 
     from lib.data.dataset import SpeechDataset
     from lib.decode.beam_search import BeamSearchConfig, translate_dataset
@@ -110,12 +123,19 @@ def main() -> None:
         model = S2TTransformer(ModelConfig.from_dict(state["model_config"]))
         model.load_state_dict(state["model"])
         ds = SpeechDataset(prepared, "tst-COMMON", "st")
-        for beam in (5, 1):
-            t0 = time.perf_counter()
-            translate_dataset(model.eval(), ds, 20000, BeamSearchConfig(beam=beam, max_len_b=60), "cpu", progress=False)
-            dt = time.perf_counter() - t0
-            print(f"decoding {model_path.relative_to(ROOT)} on {len(ds)} tst-COMMON sentences, beam {beam}: "
-                  f"{dt:.2f} s = {len(ds) / dt:.0f} sentences/s")
+        speeds = {}
+        for amp in dict.fromkeys(["none", default]):
+            for beam in (5, 1):
+                t0 = time.perf_counter()
+                translate_dataset(model.eval(), ds, 20000, BeamSearchConfig(beam=beam, max_len_b=100), "cpu",
+                                  progress=False, amp=amp)
+                dt = time.perf_counter() - t0
+                speeds[amp, beam] = len(ds) / dt
+                print(f"decoding {model_path.relative_to(ROOT)} on {len(ds)} tst-COMMON sentences, beam {beam}, "
+                      f"{'fp32' if amp == 'none' else amp}: {dt:.2f} s = {len(ds) / dt:.1f} sentences/s")
+        if default != "none":
+            print(f"decoding speed-up of {default} over fp32, beam 5: {speeds[default, 5] / speeds['none', 5]:.2f}x "
+                  "(target >= 1.3)")
     else:
         print("decoding: no trained model at runs/st/en-de/seed1/model.pt (run `dvc repro train_st` first)")
 
