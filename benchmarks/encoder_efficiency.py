@@ -26,19 +26,23 @@ Memory: peak extra resident memory of one step, each (configuration, N) in a fre
 subprocess with ``MALLOC_MMAP_THRESHOLD_=65536`` -- the method of benchmarks/local_attention.py
 (``_peak_extra``: VmRSS before, VmHWM reset via /proc/self/clear_refs, VmHWM after), reused.
 
-FLOP bounds (lib/report/efficiency.py): op N / w; encoder MACs(full) / MACs(config) counting
+FLOP bounds (benchmarks/efficiency_report.py): op N / w; encoder MACs(full) / MACs(config) counting
 projections 4 N d^2, FFN 2 N d f, attention 2 N N_eff d per layer.
 
 Usage:
     python benchmarks/encoder_efficiency.py [--quick] [--pair en-de | --windows-json PATH]
         [--metrics metrics/efficiency.json --md metrics/efficiency.md
          --plot plots/efficiency/time_vs_N.png --raw-json PATH]
+Options left out (N, op windows, reps, quick, pair) come from the ``efficiency`` section of
+params.yaml (``load_params("params.yaml").efficiency``, lib.params.EfficiencyParams; its defaults
+N = 166 512 1052, op w = 5 13 25, 7 op / 5 encoder reps, pair en-de when the section is absent).
 Default: ~8 min on 2 shared CPU cores; --quick (N in {166, 512}, op w = 13, 3 op reps, 1 encoder
 rep, encoder memory at N = 512 only: a smoke test, its ratios are noisy) under a minute.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -57,9 +61,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import efficiency_report as eff  # noqa: E402
 from benchmarks import local_attention as op_bench  # noqa: E402
 from lib.model.s2t_transformer import EncoderLayer, model_config  # noqa: E402
-from lib.report import efficiency as eff  # noqa: E402
+from lib.params import EfficiencyParams, ParamError, load_params  # noqa: E402
 
 BATCH = op_bench.BATCH  # 8
 SIZE = "s"  # paper size: d = 256, 4 heads, FFN 2048, 12 encoder layers
@@ -256,7 +261,7 @@ def encoder_configs(windows_json: Path | None) -> tuple[dict[str, list[dict]], l
 def run_benchmark(*, ns: Sequence[int] = DEFAULT_NS, op_windows: Sequence[int] = DEFAULT_OP_WINDOWS,
                   op_reps: int = 7, encoder_reps: int = 5, windows_json: Path | None = None,
                   quick: bool = False, log=print) -> dict:
-    """Run both parts; returns the result dict that lib.report.efficiency turns into outputs."""
+    """Run both parts; returns the result dict that benchmarks/efficiency_report.py turns into outputs."""
     if quick:
         ns, op_windows = QUICK["ns"], QUICK["op_windows"]
         op_reps, encoder_reps = QUICK["op_reps"], QUICK["encoder_reps"]
@@ -292,14 +297,27 @@ def run_benchmark(*, ns: Sequence[int] = DEFAULT_NS, op_windows: Sequence[int] =
     return {"meta": meta, "op": op_rows, "encoder": {"configs": configs, "notes": notes, "rows": enc_rows}}
 
 
+def settings(args: argparse.Namespace, params_path: Path = ROOT / "params.yaml") -> EfficiencyParams:
+    """The ``efficiency`` section of ``params_path`` (``load_params(...).efficiency``; its defaults
+    when the section is absent), with every option given on the command line taking precedence."""
+    p = load_params(params_path).efficiency
+    given = {"pair": args.pair, "lengths": args.ns, "op_windows": args.op_windows, "op_reps": args.op_reps,
+             "encoder_reps": args.encoder_reps, "quick": args.quick}
+    return dataclasses.replace(p, **{k: v for k, v in given.items() if v is not None})
+
+
 def main(argv=None) -> dict | None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="N in {166, 512}, op w = 13, 3 op / 1 encoder reps (~1 min)")
-    ap.add_argument("--ns", type=int, nargs="+", default=list(DEFAULT_NS), help="sequence lengths N")
-    ap.add_argument("--op-windows", type=int, nargs="+", default=list(DEFAULT_OP_WINDOWS))
-    ap.add_argument("--op-reps", type=int, default=7)
-    ap.add_argument("--encoder-reps", type=int, default=5)
-    ap.add_argument("--pair", default="en-de", help="own windows: data/windows/<pair>/windows.json")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog="Options left out take their value from the 'efficiency' section of "
+                                        "params.yaml (lib.params.EfficiencyParams; its defaults when absent).")
+    ap.add_argument("--quick", action=argparse.BooleanOptionalAction, default=None,
+                    help="N in {166, 512}, op w = 13, 3 op / 1 encoder reps (~1 min) (efficiency.quick)")
+    ap.add_argument("--ns", type=int, nargs="+", default=None, help="sequence lengths N (efficiency.lengths)")
+    ap.add_argument("--op-windows", type=int, nargs="+", default=None, help="(efficiency.op_windows)")
+    ap.add_argument("--op-reps", type=int, default=None, help="(efficiency.op_reps)")
+    ap.add_argument("--encoder-reps", type=int, default=None, help="(efficiency.encoder_reps)")
+    ap.add_argument("--pair", default=None,
+                    help="own windows: data/windows/<pair>/windows.json (efficiency.pair)")
     ap.add_argument("--windows-json", type=Path, default=None, help="own windows file (overrides --pair)")
     ap.add_argument("--metrics", type=Path, default=None, help="flat metrics JSON (e.g. metrics/efficiency.json)")
     ap.add_argument("--md", type=Path, default=None, help="Markdown table (e.g. metrics/efficiency.md)")
@@ -310,9 +328,13 @@ def main(argv=None) -> dict | None:
     if args._child:
         encoder_child_main(args._child[0], int(args._child[1]))
         return None
-    windows_json = args.windows_json or ROOT / "data" / "windows" / args.pair / "windows.json"
-    result = run_benchmark(ns=args.ns, op_windows=args.op_windows, op_reps=args.op_reps,
-                           encoder_reps=args.encoder_reps, windows_json=windows_json, quick=args.quick,
+    try:
+        cfg = settings(args)
+    except ParamError as e:
+        sys.exit(f"error: {e}")
+    windows_json = args.windows_json or ROOT / "data" / "windows" / cfg.pair / "windows.json"
+    result = run_benchmark(ns=cfg.lengths, op_windows=cfg.op_windows, op_reps=cfg.op_reps,
+                           encoder_reps=cfg.encoder_reps, windows_json=windows_json, quick=cfg.quick,
                            log=lambda s: print(s, flush=True))
     print()
     print(eff.markdown_report(result))

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lib.data.features import fbank  # noqa: E402
 from lib.data.mustc import cut_segment, load_talk, read_split  # noqa: E402
-from lib.data.prepare import PrepareConfig, prepare_pair  # noqa: E402
+from lib.data.prepare import prepare_pair  # noqa: E402
+from lib.params import PrepareParams  # noqa: E402
 
 SR = 16000
 TARGET_PER_CORE = 500.0
@@ -132,7 +133,7 @@ def main() -> None:
         print(f"corpus: {args.talks} talks x {args.segments} segments, {audio_s:.1f} s of segment audio")
         rows, outputs = [], {}
         for w in worker_counts:
-            cfg = PrepareConfig(workers=w, asr_vocab_size=100, st_vocab_size=100)
+            cfg = PrepareParams(workers=w, asr_vocab_size=100, st_vocab_size=100)
             best = float("inf")
             for r in range(args.repeats):
                 out = Path(tmp) / f"out-w{w}"

@@ -8,7 +8,7 @@ Prints, side by side in one run: ms per training step (forward + backward + Adam
 batch for ours and for the nn.Transformer reference, their ratio (target <= 1.1), training
 throughput in input frames per second, and decoding speed (sentences per second, beam 5 and greedy)
 on tst-COMMON of the prepared en-de demo data with the trained ST model when it exists
-(runs/st/en-de/seed1/model.pt), else on random features with a random model (max length reached).
+(runs/baseline/en-de/seed1/model.pt), else on random features with a random model (max length reached).
 """
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def main() -> None:
     from lib.train import checkpoint as ckpt
     from lib.model.s2t_transformer import ModelConfig
 
-    model_path = ROOT / "runs/st/en-de/seed1/model.pt"
+    model_path = ROOT / "runs/baseline/en-de/seed1/model.pt"
     prepared = ROOT / "data/prepared/en-de"
     if model_path.is_file() and (prepared / "tst-COMMON.tsv").is_file():
         state = ckpt.load(model_path)
@@ -137,7 +137,7 @@ def main() -> None:
             print(f"decoding speed-up of {default} over fp32, beam 5: {speeds[default, 5] / speeds['none', 5]:.2f}x "
                   "(target >= 1.3)")
     else:
-        print("decoding: no trained model at runs/st/en-de/seed1/model.pt (run `dvc repro train_st` first)")
+        print("decoding: no trained model at runs/baseline/en-de/seed1/model.pt (run `dvc repro train_baseline` first)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Load ``params.yaml`` into typed, validated objects.
 
-Each pipeline stage reads one section (plus the top-level ``pairs``/``seeds``) through a
-dataclass declared here. Validation is strict: an unknown key, a missing key or a value of the
+One typed dataclass per params.yaml section, declared here and consumed directly by the library
+(``TrainConfig`` by the training loop, ``AnalysisParams`` by lib/analysis, ...); :class:`Params`
+holds them all. Importing this module does not import torch (stages that need no torch stay fast). Validation is strict: an unknown key, a missing key or a value of the
 wrong type raises :class:`ParamError` whose message names the full key path
 (``corpus.splits.train``) and the file, so a typo in ``dvc exp run -S`` fails at once instead
 of silently using a default.
@@ -18,7 +19,6 @@ from typing import Any, TypeVar
 
 import yaml
 
-from lib.train.loop import TrainConfig
 
 T = TypeVar("T")
 
@@ -101,7 +101,8 @@ def _from_dict(cls: type[T], data: Any, prefix: str) -> T:
         key = f"{prefix}.{name}" if prefix else name
         if name in data:
             kwargs[name] = _check(data[name], hints[name], key)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        elif (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING) or \
+                getattr(cls, "ALL_KEYS_REQUIRED", False):
             raise ParamError(f"{key}: missing")
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)
@@ -118,6 +119,62 @@ def _from_dict(cls: type[T], data: Any, prefix: str) -> T:
 def parse_section(cls: type[T], data: Any, prefix: str) -> T:
     """Build the dataclass ``cls`` from the mapping ``data``; errors name ``prefix.<key>``."""
     return _from_dict(cls, data, prefix)
+
+
+#: Metrics a run may select its best checkpoint by, and whether lower is better.
+LOWER_IS_BETTER = {"loss": True, "nll": True, "wer": True, "bleu": False, "chrf": False}
+#: Precision modes of ``train_*.amp`` (lib/precision.py resolves ``auto`` per device).
+AMP_MODES = ("none", "bf16", "fp16", "auto")
+#: Where the value bias b_V goes in Eq. 3 (lib/analysis/contributions.py).
+VALUE_BIAS_MODES = ("bias", "token")
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters of one training run (the paper's values in comments)."""
+
+    seed: int = 1
+    lr: float = 2e-3  # paper: 1e-3 ASR, 2e-3 ST
+    warmup_updates: int = 10000  # paper: 10000
+    warmup_init_lr: float = 1e-7
+    max_updates: int = 50000  # paper: 50000
+    max_frames: int = 40000  # paper: 40000 "tokens" (input frames) per batch
+    update_freq: int = 8  # paper: 8
+    clip_norm: float = 10.0  # paper: 10
+    label_smoothing: float = 0.1  # paper: 0.1
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    ctc_weight: float = 0.0  # auxiliary encoder CTC loss (ESPnet-style); 0 in the paper
+    specaugment: bool = True
+    # ST only, a demo option (not in the paper): also initialise the decoder's layers (not its
+    # embeddings / output projection) from the ASR model, whose decoder already aligns with the encoder.
+    init_decoder: bool = False
+    # SpecAugment time-mask width cap as a share of the utterance (fairseq's LB policy: 1.0, i.e.
+    # only T = 100 frames caps it; 0.2 keeps masks proportional on short demo utterances).
+    specaug_time_p: float = 1.0
+    max_frames_train: int = 3000
+    max_target_tokens: int = 1024
+    eval_every: int = 1000
+    save_every: int = 1000
+    average_last: int = 5  # average of the last K saved snapshots
+    best_metric: str = "loss"  # loss | nll | wer | bleu | chrf
+    amp: str = "none"  # none | bf16 | fp16 (CUDA only) | auto (bf16 where the device has it: resolve_amp)
+
+    def validate(self, prefix: str = "train") -> None:
+        """ValueError naming ``<prefix>.<key>`` for an invalid value."""
+        if self.best_metric not in LOWER_IS_BETTER:
+            raise ValueError(f"{prefix}.best_metric must be one of {sorted(LOWER_IS_BETTER)}, got {self.best_metric!r}")
+        if self.amp not in AMP_MODES:
+            raise ValueError(f"{prefix}.amp must be one of {list(AMP_MODES)}, got {self.amp!r}")
+        for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",
+                     "warmup_updates"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{prefix}.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.specaug_time_p <= 1.0:
+            raise ValueError(f"{prefix}.specaug_time_p must be in (0, 1], got {self.specaug_time_p}")
+        if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:
+            raise ValueError(f"{prefix}: lr and clip_norm must be > 0, label_smoothing in [0, 1), ctc_weight >= 0")
+
 
 
 @dataclass(frozen=True)
@@ -174,22 +231,28 @@ class DataParams:
 
 @dataclass(frozen=True)
 class PrepareParams:
-    """``prepare``: features, filters and vocabularies (fairseq MuST-C recipe values at paper scale)."""
+    """``prepare``: features, filters and vocabularies of lib/data/prepare.py (defaults: fairseq's
+    MuST-C recipe at paper scale). The training split is always ``train``."""
 
-    splits: list[str]
-    n_mels: int
-    min_frames: int
-    max_frames_train: int
-    asr_vocab_size: int
-    st_vocab_size: int
-    workers: int
+    splits: list[str] = field(default_factory=lambda: ["train", "dev", "tst-COMMON"])
+    n_mels: int = 80
+    min_frames: int = 5
+    max_frames_train: int = 3000
+    asr_vocab_size: int = 5000
+    st_vocab_size: int = 8000
+    workers: int = 2
 
-    def validate(self, prefix: str) -> None:
+    train_split = "train"  # a class constant, not a param
+    ALL_KEYS_REQUIRED = True  # the defaults serve code and tests; params.yaml must spell every key
+
+    def validate(self, prefix: str = "prepare") -> None:
         for name in ("n_mels", "min_frames", "max_frames_train", "asr_vocab_size", "st_vocab_size", "workers"):
             if getattr(self, name) < 1:
                 raise ParamError(f"{prefix}.{name}: must be >= 1, got {getattr(self, name)}")
-        if "train" not in self.splits:
-            raise ParamError(f"{prefix}.splits: must include 'train', got {self.splits}")
+        if len(set(self.splits)) != len(self.splits):
+            raise ParamError(f"{prefix}.splits: duplicates in {self.splits}")
+        if self.train_split not in self.splits:
+            raise ParamError(f"{prefix}.splits: must include {self.train_split!r}, got {self.splits}")
 
 
 @dataclass(frozen=True)
@@ -200,7 +263,7 @@ class ModelParams:
     overrides: dict[str, Any]
 
     def validate(self, prefix: str) -> None:
-        from lib.model.s2t_transformer import MODEL_SIZES, ModelConfig
+        from lib.model.config import MODEL_SIZES, ModelConfig
 
         if self.size not in MODEL_SIZES:
             raise ParamError(f"{prefix}.size: unknown size {self.size!r}; known: {sorted(MODEL_SIZES)}")
@@ -274,6 +337,106 @@ class LocalParams:
 
 
 @dataclass(frozen=True)
+class AnalysisParams:
+    """``analysis`` section of params.yaml (read by the analyze and select_windows stages)."""
+
+    st_seed: int  # which ST baseline is analysed: runs/baseline/<pair>/seed<st_seed>/model.pt
+    split: str  # sentences of the CCD analysis (Fig. 3: 100 samples)
+    samples: int
+    seed: int  # seeds the random choice of sentences (both stages)
+    value_bias: str  # "bias" (Eq. 3 as printed, b_V in the bias term) or "token"
+    residual: bool  # Eq. 5's + x_i on the diagonal
+    ccd_method: str  # "trapezoid" | "mean" (lib.analysis.windows.ccd)
+    figure_sample: int  # index into the chosen analysis sentences, for Figs. 1, 2 and 4
+    figure_layer: int  # 1-based layer of Figs. 1 and 2 (paper's Fig. 1: layer 11)
+    transparency_samples: int  # first k analysis sentences saved with all raw tensors (.npz)
+    window_split: str  # sentences of Algorithm 1 (paper: 400 training sentences)
+    window_samples: int
+    threshold: float  # t of Algorithm 1 (paper: 0.01)
+    full_layers: int  # k: layers 1..k keep full attention (paper: 3)
+    width_rule: str  # "2i" (reproduces Table 1's statistics) | "2i+1" (as printed)
+    include_main_diagonal: bool
+    patience_fraction: float  # stop after ceil(N * fraction) consecutive failing diagonals
+    patience_rounding: str  # ceil | floor | round
+    min_patience: int
+    ddof: int  # std convention of σ and of the CL std (0 = population)
+
+    def validate(self, prefix: str) -> None:
+        def bad(key: str, msg: str) -> ParamError:
+            return ParamError(f"{prefix}.{key}: {msg}, got {getattr(self, key)!r}")
+
+        for key in ("samples", "window_samples", "figure_layer", "min_patience"):
+            if getattr(self, key) < 1:
+                raise bad(key, "must be >= 1")
+        for key in ("figure_sample", "transparency_samples", "full_layers", "st_seed"):
+            if getattr(self, key) < 0:
+                raise bad(key, "must be >= 0")
+        if self.figure_sample >= self.samples:
+            raise bad("figure_sample", f"must be < samples ({self.samples})")
+        if self.value_bias not in VALUE_BIAS_MODES:
+            raise bad("value_bias", f"expected one of {list(VALUE_BIAS_MODES)}")
+        if self.ccd_method not in ("trapezoid", "mean"):
+            raise bad("ccd_method", "expected trapezoid or mean")
+        if self.width_rule not in ("2i", "2i+1"):
+            raise bad("width_rule", "expected '2i' or '2i+1'")
+        if self.patience_rounding not in ("ceil", "floor", "round"):
+            raise bad("patience_rounding", "expected ceil, floor or round")
+        if not 0.0 < self.threshold < 1.0:
+            raise bad("threshold", "expected 0 < t < 1 (a share of each row's total contribution)")
+        if not self.patience_fraction > 0.0:
+            raise bad("patience_fraction", "must be > 0")
+        if self.ddof not in (0, 1):
+            raise bad("ddof", "expected 0 (population std) or 1 (sample std)")
+
+    def select_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`lib.analysis.windows.select_window`."""
+        return dict(include_main_diagonal=self.include_main_diagonal, width_rule=self.width_rule,
+                    patience_fraction=self.patience_fraction, patience_rounding=self.patience_rounding,
+                    min_patience=self.min_patience)
+
+
+@dataclass(frozen=True)
+class HealthParams:
+    """``health`` section of params.yaml (stages health_asr, health_st)."""
+
+    samples: int  # sentences of analysis.window_split (seeded as the analysis stages) for points 1-4
+    band_split: str  # held-out sentences of the inference band test (teacher-forced)
+    band_windows: list[int]  # uniform windows of layers full_layers+1..L in the band test
+    head_threshold: float  # a head counts as local when its ±2 mass is >= this x uniform
+
+    def validate(self, prefix: str) -> None:
+        if self.samples < 1:
+            raise ParamError(f"{prefix}.samples: must be >= 1, got {self.samples}")
+        for i, w in enumerate(self.band_windows):
+            if w < 1 or w % 2 == 0:
+                raise ParamError(f"{prefix}.band_windows[{i}]: window must be a positive odd integer, got {w}")
+        if not self.head_threshold > 0:
+            raise ParamError(f"{prefix}.head_threshold: must be > 0, got {self.head_threshold}")
+
+
+@dataclass(frozen=True)
+class EfficiencyParams:
+    """``efficiency`` section of params.yaml (optional: these defaults apply when it is absent)."""
+
+    pair: str = "en-de"  # own windows from data/windows/<pair>/windows.json
+    lengths: list[int] = field(default_factory=lambda: [166, 512, 1052])
+    op_windows: list[int] = field(default_factory=lambda: [5, 13, 25])
+    op_reps: int = 7
+    encoder_reps: int = 5
+    quick: bool = False  # few reps, N in {166, 512}, op w = 13 only
+
+    def validate(self, prefix: str) -> None:
+        if not re.match(r"^en-[a-z]{2}$", self.pair):
+            raise ValueError(f"{prefix}.pair: expected a pair like 'en-de', got {self.pair!r}")
+        if not self.lengths or any(n < 1 for n in self.lengths):
+            raise ValueError(f"{prefix}.lengths: expected positive integers, got {self.lengths}")
+        if not self.op_windows or any(w < 1 or w % 2 == 0 for w in self.op_windows):
+            raise ValueError(f"{prefix}.op_windows: expected positive odd integers, got {self.op_windows}")
+        if self.op_reps < 1 or self.encoder_reps < 1:
+            raise ValueError(f"{prefix}: op_reps and encoder_reps must be >= 1")
+
+
+@dataclass(frozen=True)
 class Params:
     """The sections of params.yaml that the implemented stages read."""
 
@@ -287,10 +450,18 @@ class Params:
     train_st: TrainConfig
     decode: DecodeParams
     local: LocalParams
+    analysis: AnalysisParams
+    health: HealthParams
     asr: AsrParams = field(default_factory=AsrParams)
-    extra: dict[str, Any] = field(default_factory=dict)  # sections owned by later stages
+    efficiency: EfficiencyParams = field(default_factory=EfficiencyParams)  # benchmarks/encoder_efficiency.py
 
     def validate(self, prefix: str) -> None:
+        if not self.pairs:
+            raise ParamError("pairs: empty; list at least one pair, e.g. [en-de]")
+        if not self.seeds:
+            raise ParamError("seeds: empty; list at least one seed, e.g. [1]")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ParamError(f"seeds: duplicates in {self.seeds} (each seed would count twice in the mean and std)")
         for i, pair in enumerate(self.pairs):
             if not PAIR_PATTERN.match(pair):
                 raise ParamError(f"pairs[{i}]: expected a pair like 'en-de', got {pair!r}")
@@ -302,7 +473,8 @@ class Params:
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read and validate ``path``; sections not modelled here are kept untouched in ``extra``."""
+    """Read and validate ``path``: every section, so an unknown top-level key stops with its name
+    exactly as an unknown key inside a section does."""
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -313,10 +485,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raise ParamError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise ParamError(f"{path}: expected a mapping at the top level")
-    known = {f.name for f in dataclasses.fields(Params)} - {"extra"}
-    core = {k: v for k, v in raw.items() if k in known}
-    extra = {k: v for k, v in raw.items() if k not in known}
     try:
-        return _from_dict(Params, {**core, "extra": extra}, "")
+        return _from_dict(Params, raw, "")
     except ParamError as e:
         raise ParamError(f"{path}: {e}") from None

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-AMP_MODES = ("none", "bf16", "fp16", "auto")
+from lib.params import AMP_MODES
+
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -103,7 +103,7 @@ def collect(kind: str) -> dict:
     if kind == "asr":
         out["wer"] = _read(ROOT / "metrics" / "asr_shared.json").get("wer")
     else:
-        out["bleu"] = _read(ROOT / "metrics" / "st" / "en-de" / "seed1.json").get("bleu")
+        out["bleu"] = _read(ROOT / "metrics" / "baseline" / "en-de" / "seed1.json").get("bleu")
         out["local_bleu"] = _read(ROOT / "metrics" / "local" / "en-de" / "seed1.json").get("bleu")
     return out
 

@@ -1,7 +1,7 @@
 """Run `dvc repro` (extra arguments passed through) and report the wall time of every stage.
 
     python scripts/time_repro.py            # the whole default pipeline
-    python scripts/time_repro.py train_st   # one stage (matrix) and what it needs
+    python scripts/time_repro.py train_baseline   # one stage (matrix) and what it needs
 
 Prints a table at the end and writes it to reports/repro_timing.json (not a DVC metric: wall times
 vary run to run). Stage output is streamed unchanged, so progress bars stay visible.

@@ -1,7 +1,7 @@
 """Stage `analyze`: layer-wise contribution analysis of one pair (paper Sec. 3, Figs. 2-3).
 
 Contribution matrices (Kobayashi et al. 2021, adapted to Pre-LN: Eq. 3-5) of every encoder layer of
-the ASR model (runs/asr/<pair>/model.pt) and of the ST baseline (runs/st/<pair>/seed<analysis.st_seed>/
+the ASR model (runs/asr/<pair>/model.pt) and of the ST baseline (runs/baseline/<pair>/seed<analysis.st_seed>/
 model.pt) on `analysis.samples` seeded random sentences of `analysis.split`; CCD per layer (mean ± std)
 to metrics/analysis/<pair>.json, per-sentence values, the figure sentence's matrices and D(w) curves and
 the raw tensors of `analysis.transparency_samples` sentences to data/analysis/<pair>/, Figs. 2 and 3 to
@@ -19,24 +19,18 @@ from pathlib import Path
 
 from _common import ROOT, stage_params
 
-from lib.analysis.pipeline import PairPaths, analysis_params, analyze_pair
-from lib.params import ParamError
+from lib.analysis.pipeline import PairPaths, analyze_pair
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pair")
     ap.add_argument("--asr-model", type=Path, help="override runs/asr/<pair>/model.pt (manual runs only)")
-    ap.add_argument("--st-model", type=Path, help="override runs/st/<pair>/seed<k>/model.pt (manual runs only)")
+    ap.add_argument("--st-model", type=Path, help="override runs/baseline/<pair>/seed<k>/model.pt (manual runs only)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     p = stage_params(args.pair)
-    try:
-        a = analysis_params(p)
-    except ParamError as e:
-        sys.exit(f"error: params.yaml: {e}")
-    if a.st_seed not in p.seeds:
-        sys.exit(f"error: analysis.st_seed={a.st_seed} is not in params.yaml 'seeds' {p.seeds}")
+    a = p.analysis
     paths = PairPaths.build(ROOT, args.pair, p.data.prepared_dir, a.st_seed,
                             asr_model=args.asr_model, st_model=args.st_model)
     try:

@@ -10,6 +10,7 @@ import json
 
 from _common import ROOT, stage_params
 
+from lib import layout
 from lib.io import atomic_write_json
 from lib.report.corpus_stats import corpus_stats, plot_histograms
 
@@ -23,8 +24,8 @@ def main() -> None:
     stats, arrays = corpus_stats(prepared, list(p.prepare.splits))
     report = json.loads((prepared / "report.json").read_text(encoding="utf-8"))
     stats["dropped"] = {split: r.get("dropped", {}) for split, r in report.get("splits", {}).items()}
-    plot_histograms(arrays, ROOT / "plots" / "corpus" / args.pair, title=f"{args.pair} ({p.data.mustc_root})")
-    atomic_write_json(ROOT / "metrics" / "corpus" / f"{args.pair}.json", stats)
+    plot_histograms(arrays, layout.corpus_plots(ROOT, args.pair), title=f"{args.pair} ({p.data.mustc_root})")
+    atomic_write_json(layout.corpus_metrics(ROOT, args.pair), stats)
     print(json.dumps(stats))
 
 

@@ -20,9 +20,9 @@ import sys
 
 from _common import ROOT, stage_params
 
-from lib.analysis.health import health_params, health_stage
-from lib.analysis.pipeline import analysis_params
-from lib.params import ParamError
+from lib import layout
+from lib.analysis.health import health_stage
+from lib.layout import RunPaths
 
 
 def main() -> None:
@@ -32,24 +32,20 @@ def main() -> None:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     p = stage_params(args.pair)
-    try:
-        a, h = analysis_params(p), health_params(p)
-    except ParamError as e:
-        sys.exit(f"error: params.yaml: {e}")
+    a = p.analysis
     if args.model == "asr":
-        model_path, producer = ROOT / "runs" / "asr" / args.pair / "model.pt", "train_asr"
-    else:
-        if a.st_seed not in p.seeds:
-            sys.exit(f"error: analysis.st_seed={a.st_seed} is not in params.yaml 'seeds' {p.seeds}")
-        model_path, producer = ROOT / "runs" / "st" / args.pair / f"seed{a.st_seed}" / "model.pt", "train_st"
+        model_path, producer = RunPaths(ROOT, "asr", args.pair).model, "train_asr"
+    else:  # the ST baseline that select_windows analyses
+        model_path = RunPaths(ROOT, "baseline", args.pair, a.st_seed).model
+        producer = f"train_baseline@{args.pair}-{a.st_seed} (analysis.st_seed must be one of the seeds run)"
     try:
         result = health_stage(
-            model_path, ROOT / p.data.prepared_dir / args.pair, args.model, args.pair, ap=a, hp=h,
-            details_path=ROOT / "data" / "health" / args.pair / f"{args.model}.json",
-            metrics_path=ROOT / "metrics" / "health" / args.pair / f"{args.model}.json",
-            plot_path=ROOT / "plots" / "health" / args.pair / f"{args.model}.png",
+            model_path, ROOT / p.data.prepared_dir / args.pair, args.model, args.pair, ap=a, hp=p.health,
+            details_path=layout.health_data(ROOT, args.pair, args.model),
+            metrics_path=layout.health_metrics(ROOT, args.pair, args.model),
+            plot_path=layout.health_plot(ROOT, args.pair, args.model),
             producer=producer, progress=not args.no_progress,
-            windows_path=ROOT / "data" / "windows" / args.pair / "windows.json" if args.model == "st" else None)
+            windows_path=layout.windows_json(ROOT, args.pair) if args.model == "st" else None)
     except FileNotFoundError as e:
         sys.exit(f"error: {e}")
     print(json.dumps({"summary": result["summary"], "algorithm1_windows": result["algorithm1_windows"]}))

@@ -13,7 +13,7 @@ from pathlib import Path
 from _common import ROOT, stage_params
 
 from lib.data.mustc import CorpusError
-from lib.data.prepare import PrepareConfig, prepare_pair
+from lib.data.prepare import prepare_pair
 
 
 def main() -> None:
@@ -21,14 +21,10 @@ def main() -> None:
     ap.add_argument("pair")
     args = ap.parse_args()
     p = stage_params(args.pair)
-    q = p.prepare
-    cfg = PrepareConfig(splits=tuple(q.splits), n_mels=q.n_mels, min_frames=q.min_frames,
-                        max_frames_train=q.max_frames_train, asr_vocab_size=q.asr_vocab_size,
-                        st_vocab_size=q.st_vocab_size, workers=q.workers)
     root = Path(p.data.mustc_root)
     root = root if root.is_absolute() else ROOT / root
     try:
-        report = prepare_pair(root, args.pair, ROOT / p.data.prepared_dir / args.pair, cfg)
+        report = prepare_pair(root, args.pair, ROOT / p.data.prepared_dir / args.pair, p.prepare)
     except CorpusError as e:
         sys.exit(f"error: {e}")
     print(json.dumps(report))

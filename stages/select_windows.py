@@ -1,7 +1,7 @@
 """Stage `select_windows`: per-layer local-attention windows of one pair (paper Sec. 4, Alg. 1, Table 1,
 Figs. 1 and 4).
 
-Algorithm 1 on the contribution matrices of the ST baseline (runs/st/<pair>/seed<analysis.st_seed>/
+Algorithm 1 on the contribution matrices of the ST baseline (runs/baseline/<pair>/seed<analysis.st_seed>/
 model.pt) for `analysis.window_samples` seeded random sentences of `analysis.window_split`, streaming
 (per sentence only the window and D(w) curve are kept); w = ⌈μ+σ⌉ made odd per layer, contribution
 loss CL at w; layers 1..`analysis.full_layers` keep full attention. Writes data/windows/<pair>/
@@ -19,23 +19,17 @@ from pathlib import Path
 
 from _common import ROOT, stage_params
 
-from lib.analysis.pipeline import PairPaths, analysis_params, select_windows_pair, table_markdown
-from lib.params import ParamError
+from lib.analysis.pipeline import PairPaths, select_windows_pair, table_markdown
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pair")
-    ap.add_argument("--st-model", type=Path, help="override runs/st/<pair>/seed<k>/model.pt (manual runs only)")
+    ap.add_argument("--st-model", type=Path, help="override runs/baseline/<pair>/seed<k>/model.pt (manual runs only)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     p = stage_params(args.pair)
-    try:
-        a = analysis_params(p)
-    except ParamError as e:
-        sys.exit(f"error: params.yaml: {e}")
-    if a.st_seed not in p.seeds:
-        sys.exit(f"error: analysis.st_seed={a.st_seed} is not in params.yaml 'seeds' {p.seeds}")
+    a = p.analysis
     paths = PairPaths.build(ROOT, args.pair, p.data.prepared_dir, a.st_seed, st_model=args.st_model)
     try:
         result = select_windows_pair(paths, a, progress=not args.no_progress)

@@ -3,7 +3,7 @@
 `local.asr_pretraining` (params.yaml) decides what it is:
 
 - ``shared`` (default, as in the paper): the baseline's ASR model. runs/asr/<pair>/model.pt, its test
-  hypotheses and curves are copied to runs/asr_local/<pair>/ and its metrics to
+  decoded test set and curves are copied to runs/asr_local/<pair>/ (and its data/decoded/, plots/train/) and its metrics to
   metrics/asr_local/<pair>.json with ``"asr_pretraining": "shared"``. Takes a second; DVC's cache
   stores the identical model once.
 - ``local``: ASR pretraining with the local-attention spec of `train_local` (layers
@@ -23,6 +23,7 @@ import sys
 from _common import ROOT, stage_params
 
 from lib.io import atomic_write_json
+from lib.layout import RunPaths
 from lib.train.loop import init_distributed
 from lib.train.run import local_encoder_attention, run, share_asr_run, spec_from_params
 
@@ -32,12 +33,10 @@ def main() -> None:
     ap.add_argument("pair")
     args = ap.parse_args()
     p = stage_params(args.pair)
-    out_dir = ROOT / "runs" / "asr_local" / args.pair
-    metrics_path = ROOT / "metrics" / "asr_local" / f"{args.pair}.json"
+    dst = RunPaths(ROOT, "asr_local", args.pair)
     if p.local.asr_pretraining == "shared":
         try:
-            metrics = share_asr_run(ROOT / "runs" / "asr" / args.pair, ROOT / "metrics" / "asr" / f"{args.pair}.json",
-                                    out_dir, metrics_path)
+            metrics = share_asr_run(RunPaths(ROOT, "asr", args.pair), dst)
         except FileNotFoundError as e:
             sys.exit(f"error: {e}")
         print(json.dumps(metrics))
@@ -50,7 +49,7 @@ def main() -> None:
     metrics = run(spec_from_params(p, ROOT, "asr_local", args.pair, encoder_attention=spec_layers))
     if metrics:
         metrics = {**metrics, "asr_pretraining": "local"}
-        atomic_write_json(metrics_path, metrics)
+        atomic_write_json(dst.metrics, metrics)
         print(json.dumps({**metrics, "windows": [s.get("window", 0) for s in spec_layers]}))
 
 

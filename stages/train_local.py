@@ -1,5 +1,5 @@
 """Stage `train_local`: ST with local attention in the upper encoder layers (the paper's Section 4),
-for one pair and seed. Same data, hyperparameters, decoding and metrics as `train_st`, so the
+for one pair and seed. Same data, hyperparameters (`train_st`), decoding and metrics as `train_baseline`, so the
 comparison differs in the attention only. The per-layer windows come from `select_windows`
 (data/windows/<pair>/windows.json) unless `local.windows` overrides them. The encoder starts from
 runs/asr_local/<pair>/model.pt, written by `train_asr_local`: the baseline's ASR model

@@ -38,10 +38,33 @@ def test_repo_params_load() -> None:
     (lambda p: p["data"].__setitem__("mustc_root", 3), "data.mustc_root"),
     (lambda p: p["local"].__setitem__("asr_pretraining", "full"), "local.asr_pretraining"),
     (lambda p: p["local"].__setitem__("windows", [4]), "local.windows"),
+    # top-level typos stop like typos inside a section (there is no bag of unknown sections)
+    (lambda p: p.__setitem__("analysys", p.pop("analysis")), "analysys"),
+    (lambda p: p.__setitem__("health_check", {}), "health_check"),
+    (lambda p: p.pop("health"), "health: missing"),
+    (lambda p: p["analysis"].__setitem__("st_sed", 1), "analysis.st_sed"),
+    (lambda p: p["health"].__setitem__("band_windows", [2]), r"health.band_windows"),
+    (lambda p: p.__setitem__("efficiency", {"op_windows": [4]}), "efficiency.op_windows"),
+    (lambda p: p.__setitem__("pairs", []), "pairs: empty"),
+    (lambda p: p.__setitem__("seeds", []), "seeds: empty"),
+    (lambda p: p.__setitem__("seeds", [1, 2, 2]), "seeds: duplicates"),
+    (lambda p: p.__setitem__("pairs", ["en-de", "en-de"]), "pairs: duplicates"),
 ])
 def test_bad_values_name_the_key(tmp_path: Path, mutate, key: str) -> None:
     with pytest.raises(ParamError, match=key.replace("[", r"\[").replace("]", r"\]")):
         load_params(_write(tmp_path, mutate))
+
+
+def test_every_section_is_typed() -> None:
+    """One dataclass per section, consumed as is by the library (no untyped mapping hand-offs)."""
+    import dataclasses
+
+    from lib.params import AnalysisParams, HealthParams, Params, TrainConfig
+
+    p = load_params(REPO / "params.yaml")
+    assert {f.name for f in dataclasses.fields(Params)} >= set(yaml.safe_load((REPO / "params.yaml").read_text()))
+    assert isinstance(p.analysis, AnalysisParams) and isinstance(p.health, HealthParams)
+    assert isinstance(p.train_st, TrainConfig)
 
 
 def test_numeric_strings_are_floats(tmp_path: Path) -> None:

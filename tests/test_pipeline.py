@@ -54,8 +54,9 @@ def _copy_repo(dst: Path) -> None:
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split("\0")
     outputs = ("runs/", "reports/", "data/", "metrics/", "plots/")  # pipeline outputs: rebuilt by the run
+    benchmark = ("metrics/efficiency.", "plots/efficiency/")  # committed benchmark results the report embeds
     for rel in filter(None, files):
-        if rel.startswith(outputs) and not rel.endswith(".gitkeep"):
+        if rel.startswith(outputs) and not rel.endswith(".gitkeep") and not rel.startswith(benchmark):
             continue
         src = REPO / rel
         if src.is_file():
@@ -106,14 +107,15 @@ def test_repro_trains_analyses_and_reports(tiny_repo: Path) -> None:
         assert 0 <= asr["wer"] and asr["updates"] == TRAIN_TINY["max_updates"]
         assert asr["asr_mode"] == "shared" and asr["trained_on"] == "en-de"
         assert (tiny_repo / "runs/asr" / pair / "model.pt").read_bytes() == shared_model
-        hyps = (tiny_repo / "runs/asr" / pair / "hyps.tst-COMMON.txt").read_text().splitlines()
+        hyps = (tiny_repo / "data/decoded/asr" / pair / "hyps.tst-COMMON.txt").read_text().splitlines()
         assert len(hyps) == TINY["corpus"]["splits"]["tst-COMMON"]  # decoded on the pair's own test audio
-        for system in ("st", "local"):
+        for system in ("baseline", "local"):
             m = json.loads((tiny_repo / "metrics" / system / pair / "seed1.json").read_text())
             assert 0 <= m["bleu"] <= 100 and 0 <= m["chrf"] <= 100
-            hyps = (tiny_repo / "runs" / system / pair / "seed1" / "hyps.tst-COMMON.txt").read_text().splitlines()
-            assert len(hyps) == TINY["corpus"]["splits"]["tst-COMMON"]
-            assert list((tiny_repo / "runs" / system / pair / "seed1" / "live" / "plots" / "metrics").rglob("*.tsv"))
+            decoded = tiny_repo / "data/decoded" / system / pair / "seed1"
+            for name in ("hyps.tst-COMMON.txt", "refs.tst-COMMON.txt"):
+                assert len((decoded / name).read_text().splitlines()) == TINY["corpus"]["splits"]["tst-COMMON"]
+            assert list((tiny_repo / "plots/train" / system / pair / "seed1").rglob("*.tsv"))
         windows = json.loads((tiny_repo / "data/windows" / pair / "windows.json").read_text())
         spec = windows["encoder_attention"]
         assert len(spec) == 4 and [s["type"] for s in spec] == ["full", "full", "local", "local"]
@@ -150,17 +152,29 @@ def test_second_repro_is_noop_and_params_invalidate_only_dependents(tiny_repo: P
 
     params_path = tiny_repo / "params.yaml"
     original = params_path.read_text()
-    try:
-        params = yaml.safe_load(original)
-        params["prepare"]["min_frames"] = 6
-        params_path.write_text(yaml.safe_dump(params, sort_keys=False))
-        changed = set(json.loads(_run(["dvc", "status", "--json"], tiny_repo).stdout))
-        assert changed == {f"prepare@{p}" for p in TINY["pairs"]}, changed  # corpus untouched
 
-        params["corpus"]["noise_level"] = 0.002
+    def changed_by(**edits) -> set[str]:
+        params = yaml.safe_load(original)
+        for key, value in edits.items():
+            section, _, name = key.partition("__")
+            if name:
+                params[section][name] = value
+            else:
+                params[section] = value
         params_path.write_text(yaml.safe_dump(params, sort_keys=False))
-        changed = set(json.loads(_run(["dvc", "status", "--json"], tiny_repo).stdout))
-        assert {f"corpus@{p}" for p in TINY["pairs"]} <= changed
+        return set(json.loads(_run(["dvc", "status", "--json"], tiny_repo).stdout))
+
+    pairs, seeds = TINY["pairs"], TINY["seeds"]
+    try:
+        assert changed_by(prepare__min_frames=6) == {f"prepare@{p}" for p in pairs}  # corpus untouched
+        assert {f"corpus@{p}" for p in pairs} <= changed_by(prepare__min_frames=6, corpus__noise_level=0.002)
+        # One pair: nothing of that pair reruns (no stage reads the whole `pairs` list but the report).
+        assert changed_by(pairs=pairs[:1]) == {"report"}
+        # Another seed: only its own runs and the report; the analysed baseline (analysis.st_seed) and
+        # everything upstream stay cached.
+        assert changed_by(seeds=seeds + [2]) == ({f"train_baseline@{p}-2" for p in pairs}
+                                                 | {f"train_local@{p}-2" for p in pairs} | {"report"})
+        assert changed_by(seeds=[2]) == {f"train_{s}@{p}-2" for s in ("baseline", "local") for p in pairs} | {"report"}
     finally:
         params_path.write_text(original)
 
@@ -186,7 +200,7 @@ def test_exp_run_then_metrics_diff_shows_the_change(tiny_repo: Path) -> None:
     _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results"], tiny_repo)
     _run(["dvc", "exp", "run", "-S", "train_st.max_updates=4"], tiny_repo)
     diff = json.loads(_run(["dvc", "metrics", "diff", "--json"], tiny_repo).stdout)
-    st = diff["metrics/st/en-de/seed1.json"]
+    st = diff["metrics/baseline/en-de/seed1.json"]
     assert st["updates"] == {"old": 3, "new": 4, "diff": 1}
     assert "metrics/asr/en-de.json" not in diff  # ASR did not depend on train_st
 
@@ -199,7 +213,7 @@ def test_exp_run_with_local_asr_pretraining(tiny_repo: Path) -> None:
     baseline_asr = (tiny_repo / "runs/asr/en-de/model.pt").read_bytes()
     out = _run(["dvc", "exp", "run", "-S", "local.asr_pretraining=local"], tiny_repo).stdout
     assert "Running stage 'train_asr_local@en-de'" in out and "Running stage 'train_local@en-de-1'" in out
-    assert "Running stage 'train_asr@en-de'" not in out and "Running stage 'train_st@en-de-1'" not in out
+    assert "Running stage 'train_asr@en-de'" not in out and "Running stage 'train_baseline@en-de-1'" not in out
     assert (tiny_repo / "runs/asr/en-de/model.pt").read_bytes() == baseline_asr
     for pair in TINY["pairs"]:
         m = json.loads((tiny_repo / "metrics/asr_local" / f"{pair}.json").read_text())
@@ -213,26 +227,49 @@ def test_exp_run_with_local_asr_pretraining(tiny_repo: Path) -> None:
 
 @pytest.mark.slow
 def test_repro_after_a_kill_in_final_decoding_keeps_the_curves(tiny_repo: Path) -> None:
-    """A run killed after its last checkpoint (while decoding): `dvc repro` resumes at the final update,
-    only decodes, and the training curves logged before the kill survive (DVC must not delete them)."""
+    """A run killed after its last checkpoint (while decoding) is rerun by DVC: it resumes at the final
+    update from its resume state (runs/<run>/checkpoints, live/: not DVC outputs, so DVC does not
+    delete them), only decodes, and the training curves logged before the kill survive."""
     run_dir = tiny_repo / "runs/asr_shared"  # asr.mode: shared trains here
-    loss_tsv = run_dir / "live/plots/metrics/train/loss.tsv"
-    curve = loss_tsv.read_text()
+    curves = tiny_repo / "plots/train/asr_shared/train/loss.tsv"
+    curve = curves.read_text()
     metrics = (tiny_repo / "metrics/asr_shared.json").read_text()
-    (run_dir / "model.pt").unlink()  # what a kill during the final decoding leaves: no model.pt yet
-    out = _run(["dvc", "repro", "-s", "train_asr_shared"], tiny_repo).stdout
-    assert "Running stage 'train_asr_shared'" in out
-    assert loss_tsv.read_text() == curve  # every step's row, none lost and none doubled
+    # -f: DVC deletes the stage's outputs and runs it, as after a kill during the final decoding
+    proc = _run(["dvc", "repro", "-f", "-s", "train_asr_shared"], tiny_repo)
+    assert "Running stage 'train_asr_shared'" in proc.stdout
+    assert f"at update {TRAIN_TINY['max_updates']}" in proc.stdout + proc.stderr  # resumed, not retrained
+    assert curves.read_text() == curve  # every step's row, none lost and none doubled
     assert len(curve.splitlines()) == 1 + TRAIN_TINY["max_updates"]
     assert (tiny_repo / "metrics/asr_shared.json").read_text() == metrics
 
-    # the curves themselves deleted as well (checkpoints kept): the stage still completes, with a warning
-    shutil.rmtree(run_dir / "live/plots")
-    (run_dir / "model.pt").unlink()
-    proc = _run(["dvc", "repro", "-s", "train_asr_shared"], tiny_repo)
+    # the live curves deleted as well (checkpoints kept): the stage still completes, with a warning
+    shutil.rmtree(run_dir / "live")
+    proc = _run(["dvc", "repro", "-f", "-s", "train_asr_shared"], tiny_repo)
     assert "training curves up to update 3 are lost" in proc.stdout + proc.stderr
-    assert (run_dir / "live/plots/metrics").is_dir()
+    assert curves.parent.parent.is_dir()
     assert (tiny_repo / "metrics/asr_shared.json").read_text() == metrics
+
+
+@pytest.mark.slow
+def test_parallel_seed_recipe_gathers_from_the_run_cache(tiny_repo: Path) -> None:
+    """The README's per-seed recipe, with seeds [1, 2]: seed 1 first (the analysed baseline and its
+    windows), every other seed as a queued experiment (run in parallel by the queue's workers), then one
+    `dvc exp run` over all seeds restores every run from DVC's run-cache and reruns only the report."""
+    _run(["dvc", "exp", "run", "-S", "seeds=[1]"], tiny_repo)
+    _run(["dvc", "exp", "run", "--queue", "-S", "seeds=[1,2]", "-n", "seed2"], tiny_repo)
+    _run(["dvc", "exp", "run", "--run-all", "-j", "1"], tiny_repo)
+    out = _run(["dvc", "exp", "run", "-S", "seeds=[1,2]"], tiny_repo).stdout
+    ran = sorted(line for line in out.splitlines() if line.startswith("Running stage"))
+    assert ran == ["Running stage 'report':"], out
+    for pair in TINY["pairs"]:
+        for system in ("baseline", "local"):
+            assert f"Stage 'train_{system}@{pair}-2' is cached - skipping run" in out, out
+            m = json.loads((tiny_repo / "metrics" / system / pair / "seed2.json").read_text())
+            assert 0 <= m["bleu"] <= 100
+    report = (tiny_repo / "reports/report.md").read_text()
+    assert "seeds [1, 2]" in report and "| en-de | local |" in report
+    assert "| 2 |" in report.split("## Table 2")[1].split("##")[0]  # two seeds per row of Table 2
+    assert "Running stage" not in _run(["dvc", "repro"], tiny_repo).stdout
 
 
 @pytest.mark.slow

@@ -81,7 +81,7 @@ __all__ = [
     "VALUE_BIAS_MODES",
 ]
 
-VALUE_BIAS_MODES = ("bias", "token")
+from lib.params import VALUE_BIAS_MODES  # noqa: E402
 
 _DTYPE = torch.float64
 _ROW_BLOCK = 256  # rows of C computed at a time by contributions()

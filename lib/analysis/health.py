@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from lib.analysis.extract import layer_contributions, layer_tensors
+from lib.params import AnalysisParams, HealthParams
 from lib.analysis.windows import diagonal_means, select_window, window_from_lengths
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer
 from lib.model.spec import local_attention_spec
@@ -231,34 +232,13 @@ def band_test(model: S2TTransformer, batches: Sequence[Any], *, full_layers: int
     return out
 
 
-@dataclass(frozen=True)
-class HealthParams:
-    """``health`` section of params.yaml (stages health_asr, health_st)."""
-
-    samples: int  # sentences of analysis.window_split (seeded as the analysis stages) for points 1-4
-    band_split: str  # held-out sentences of the inference band test (teacher-forced)
-    band_windows: list[int]  # uniform windows of layers full_layers+1..L in the band test
-    head_threshold: float  # a head counts as local when its ±2 mass is >= this x uniform
-
-    def validate(self, prefix: str) -> None:
-        from lib.params import ParamError
-
-        if self.samples < 1:
-            raise ParamError(f"{prefix}.samples: must be >= 1, got {self.samples}")
-        for i, w in enumerate(self.band_windows):
-            if w < 1 or w % 2 == 0:
-                raise ParamError(f"{prefix}.band_windows[{i}]: window must be a positive odd integer, got {w}")
-        if not self.head_threshold > 0:
-            raise ParamError(f"{prefix}.head_threshold: must be > 0, got {self.head_threshold}")
-
-
-def model_health(model: S2TTransformer, window_ds: Any, indices: Sequence[int], band_ds: Any, *, ap: Any,
+def model_health(model: S2TTransformer, window_ds: Any, indices: Sequence[int], band_ds: Any, *, ap: AnalysisParams,
                  hp: HealthParams, windows: Sequence[int] | None = None, max_frames: int = 20000,
                  progress: bool = False) -> dict[str, Any]:
     """Points 1-5 of the module docstring for one model: ``indices`` of ``window_ds`` and every
     sentence of ``band_ds`` for the band test. Algorithm 1's windows for the band test are
     ``windows`` when given (select_windows' for the ST model), else computed here on ``indices``
-    with the ``analysis`` settings. ``ap``: :class:`lib.analysis.pipeline.AnalysisParams`."""
+    with the ``analysis`` settings. """
     from tqdm import tqdm
 
     from lib.data.dataset import PAD_ID, batch_by_frames, collate
@@ -311,16 +291,6 @@ def _r(v: float | None, nd: int = 6) -> float | None:
     return None if v is None or not math.isfinite(v) else round(float(v), nd)
 
 
-def health_params(params: Any) -> HealthParams:
-    """The ``health`` section of loaded params (``Params.extra``) or of a plain mapping."""
-    from lib.params import ParamError, Params, parse_section
-
-    extra = params.extra if isinstance(params, Params) else params
-    if "health" not in extra:
-        raise ParamError("health: missing section in params.yaml")
-    return parse_section(HealthParams, extra["health"], "health")
-
-
 def flat_metrics(result: dict[str, Any]) -> dict[str, Any]:
     """The scalar part of a :func:`model_health` result for ``metrics/`` (``dvc metrics diff``):
     the summary, the band test and per layer the scalars (no lists)."""
@@ -332,7 +302,7 @@ def flat_metrics(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def health_stage(model_path: Any, prepared: Any, role: str, pair: str, *, ap: Any, hp: HealthParams,
+def health_stage(model_path: Any, prepared: Any, role: str, pair: str, *, ap: AnalysisParams, hp: HealthParams,
                  details_path: Any, metrics_path: Any, plot_path: Any, producer: str,
                  windows_path: Any = None, progress: bool = False) -> dict[str, Any]:
     """What the health_asr / health_st stages do for one pair and model: :func:`model_health` on

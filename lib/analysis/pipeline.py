@@ -49,16 +49,17 @@ from tqdm import tqdm
 
 from lib.analysis.contributions import VALUE_BIAS_MODES
 from lib.analysis.extract import layer_contributions, layer_tensors, load_model, save_transparency_npz
-from lib.analysis.windows import PAPER_TABLES, ccd, diagonal_means, diagonality_curve, select_window, window_table
+from lib.analysis.windows import ccd, diagonal_means, diagonality_curve, select_window, window_table
 from lib.data.dataset import SpeechDataset
 from lib.data.store import read_features
 from lib.io import atomic_dir, atomic_write_json, atomic_write_text
-from lib.params import ParamError, Params, parse_section
+from lib import layout
+from lib.layout import RunPaths
+from lib.paper import WINDOW_TABLES
+from lib.params import AnalysisParams
 
 __all__ = [
-    "AnalysisParams",
     "PairPaths",
-    "analysis_params",
     "analyze_pair",
     "choose_samples",
     "encoder_attention_specs",
@@ -72,73 +73,6 @@ PROFILE_OFFSETS = 32  # offsets kept in select_windows' diagonal_profile.json
 
 
 # ----------------------------------------------------------------------------------------------- params
-
-
-@dataclass(frozen=True)
-class AnalysisParams:
-    """``analysis`` section of params.yaml (read by the analyze and select_windows stages)."""
-
-    st_seed: int  # which ST baseline is analysed: runs/st/<pair>/seed<st_seed>/model.pt
-    split: str  # sentences of the CCD analysis (Fig. 3: 100 samples)
-    samples: int
-    seed: int  # seeds the random choice of sentences (both stages)
-    value_bias: str  # "bias" (Eq. 3 as printed, b_V in the bias term) or "token"
-    residual: bool  # Eq. 5's + x_i on the diagonal
-    ccd_method: str  # "trapezoid" | "mean" (lib.analysis.windows.ccd)
-    figure_sample: int  # index into the chosen analysis sentences, for Figs. 1, 2 and 4
-    figure_layer: int  # 1-based layer of Figs. 1 and 2 (paper's Fig. 1: layer 11)
-    transparency_samples: int  # first k analysis sentences saved with all raw tensors (.npz)
-    window_split: str  # sentences of Algorithm 1 (paper: 400 training sentences)
-    window_samples: int
-    threshold: float  # t of Algorithm 1 (paper: 0.01)
-    full_layers: int  # k: layers 1..k keep full attention (paper: 3)
-    width_rule: str  # "2i" (reproduces Table 1's statistics) | "2i+1" (as printed)
-    include_main_diagonal: bool
-    patience_fraction: float  # stop after ceil(N * fraction) consecutive failing diagonals
-    patience_rounding: str  # ceil | floor | round
-    min_patience: int
-    ddof: int  # std convention of σ and of the CL std (0 = population)
-
-    def validate(self, prefix: str) -> None:
-        def bad(key: str, msg: str) -> ParamError:
-            return ParamError(f"{prefix}.{key}: {msg}, got {getattr(self, key)!r}")
-
-        for key in ("samples", "window_samples", "figure_layer", "min_patience"):
-            if getattr(self, key) < 1:
-                raise bad(key, "must be >= 1")
-        for key in ("figure_sample", "transparency_samples", "full_layers", "st_seed"):
-            if getattr(self, key) < 0:
-                raise bad(key, "must be >= 0")
-        if self.figure_sample >= self.samples:
-            raise bad("figure_sample", f"must be < samples ({self.samples})")
-        if self.value_bias not in VALUE_BIAS_MODES:
-            raise bad("value_bias", f"expected one of {list(VALUE_BIAS_MODES)}")
-        if self.ccd_method not in ("trapezoid", "mean"):
-            raise bad("ccd_method", "expected trapezoid or mean")
-        if self.width_rule not in ("2i", "2i+1"):
-            raise bad("width_rule", "expected '2i' or '2i+1'")
-        if self.patience_rounding not in ("ceil", "floor", "round"):
-            raise bad("patience_rounding", "expected ceil, floor or round")
-        if not 0.0 < self.threshold < 1.0:
-            raise bad("threshold", "expected 0 < t < 1 (a share of each row's total contribution)")
-        if not self.patience_fraction > 0.0:
-            raise bad("patience_fraction", "must be > 0")
-        if self.ddof not in (0, 1):
-            raise bad("ddof", "expected 0 (population std) or 1 (sample std)")
-
-    def select_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`lib.analysis.windows.select_window`."""
-        return dict(include_main_diagonal=self.include_main_diagonal, width_rule=self.width_rule,
-                    patience_fraction=self.patience_fraction, patience_rounding=self.patience_rounding,
-                    min_patience=self.min_patience)
-
-
-def analysis_params(params: Params | dict) -> AnalysisParams:
-    """The ``analysis`` section of loaded params (``Params.extra``) or of a plain mapping."""
-    extra = params.extra if isinstance(params, Params) else params
-    if "analysis" not in extra:
-        raise ParamError("analysis: missing section in params.yaml")
-    return parse_section(AnalysisParams, extra["analysis"], "analysis")
 
 
 # ----------------------------------------------------------------------------------------------- paths
@@ -159,28 +93,28 @@ class PairPaths:
               asr_model: Path | None = None, st_model: Path | None = None) -> PairPaths:
         root = Path(root)
         return cls(root=root, pair=pair, prepared=root / prepared_dir / pair,
-                   asr_model=Path(asr_model) if asr_model else root / "runs" / "asr" / pair / "model.pt",
-                   st_model=Path(st_model) if st_model else root / "runs" / "st" / pair / f"seed{st_seed}" / "model.pt")
+                   asr_model=Path(asr_model) if asr_model else RunPaths(root, "asr", pair).model,
+                   st_model=Path(st_model) if st_model else RunPaths(root, "baseline", pair, st_seed).model)
 
     @property
     def analysis_dir(self) -> Path:
-        return self.root / "data" / "analysis" / self.pair
+        return layout.analysis_dir(self.root, self.pair)
 
     @property
     def analysis_metrics(self) -> Path:
-        return self.root / "metrics" / "analysis" / f"{self.pair}.json"
+        return layout.analysis_metrics(self.root, self.pair)
 
     @property
     def windows_dir(self) -> Path:
-        return self.root / "data" / "windows" / self.pair
+        return layout.windows_dir(self.root, self.pair)
 
     @property
     def windows_metrics(self) -> Path:
-        return self.root / "metrics" / "windows" / f"{self.pair}.json"
+        return layout.windows_metrics(self.root, self.pair)
 
     @property
     def plots_dir(self) -> Path:
-        return self.root / "plots" / "analysis" / self.pair
+        return layout.analysis_plots(self.root, self.pair)
 
     def rel(self, path: Path) -> str:
         """``path`` relative to the root when inside it (stable bytes across checkouts)."""
@@ -261,7 +195,7 @@ def analyze_pair(paths: PairPaths, ap: AnalysisParams, *, progress: bool = True)
     fig_i = figure_sentence(ds, ap)
     ids = [ds.rows[i]["id"] for i in idx]
     transparency = set(idx[: ap.transparency_samples])
-    models = {"asr": (paths.asr_model, "train_asr"), "st": (paths.st_model, "train_st")}
+    models = {"asr": (paths.asr_model, "train_asr"), "st": (paths.st_model, "train_baseline")}
     for model_path, producer in models.values():  # fail before any work when a model is missing
         if not Path(model_path).is_file():
             raise FileNotFoundError(f"{model_path}: model checkpoint not found (produced by the `{producer}` "
@@ -376,7 +310,7 @@ def select_windows_pair(paths: PairPaths, ap: AnalysisParams, *, progress: bool 
     idx = choose_samples(len(ds), ap.window_samples, ap.seed)
     if len(idx) < ap.window_samples:
         print(f"note: {ap.window_split} has {len(ds)} sentences < analysis.window_samples={ap.window_samples}; using all")
-    model, _ = load_model(paths.st_model, producer="train_st")
+    model, _ = load_model(paths.st_model, producer="train_baseline")
     n_layers = len(model.encoder.layers)
     sel = ap.select_kwargs()
 
@@ -461,7 +395,7 @@ def select_windows_pair(paths: PairPaths, ap: AnalysisParams, *, progress: bool 
 
 def table_markdown(table: Sequence[dict], pair: str, result: dict | None = None) -> str:
     """Table 1 as Markdown (with the paper's row for comparison when the pair is in the paper)."""
-    paper = {r[0]: r for r in PAPER_TABLES.get(pair, [])}
+    paper = {r[0]: r for r in WINDOW_TABLES.get(pair, [])}
     head = "| layer | μ ± σ | w | CL | attention |"
     sep = "|---:|---:|---:|---:|:---|"
     if paper:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from lib.data.features import spec_augment, utterance_cmvn
-from lib.data.prepare import read_manifest
+from lib.data.manifest import read_manifest
 from lib.data.store import read_features
 
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 1, 2, 0, 3  # fairseq's dictionary convention (lib/data/vocab.py)

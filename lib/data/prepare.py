@@ -30,7 +30,6 @@ order; for MuST-C, whose yaml lists each talk's segments contiguously, this is t
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import itertools
 import multiprocessing as mp
@@ -46,6 +45,7 @@ import torch
 from tqdm import tqdm
 
 from lib.data.features import fbank, num_frames
+from lib.data.manifest import MANIFEST_COLUMNS, read_manifest, tsv_writer  # noqa: F401 (re-exported)
 from lib.data.mustc import (
     SAMPLE_RATE,
     CorpusError,
@@ -58,36 +58,12 @@ from lib.data.mustc import (
     yaml_path_for,
 )
 from lib.data.store import FeatureStoreWriter
+from lib.params import PrepareParams
 from lib.data.vocab import train_sentencepiece
 from lib.io import atomic_dir, atomic_write_json
 
-MANIFEST_COLUMNS = ("id", "audio", "n_frames", "src_text", "tgt_text", "speaker")
 DROP_REASONS = ("too_short", "empty_text", "too_long")
 ASR_MODEL, ST_MODEL, REPORT = "spm_asr.model", "spm_st.model", "report.json"
-
-
-@dataclass
-class PrepareConfig:
-    """Settings of :func:`prepare_pair` (defaults: fairseq's MuST-C recipe at paper scale)."""
-
-    splits: tuple[str, ...] = ("train", "dev", "tst-COMMON")
-    n_mels: int = 80
-    min_frames: int = 5
-    max_frames_train: int = 3000
-    asr_vocab_size: int = 5000
-    st_vocab_size: int = 8000
-    workers: int = 2
-    train_split: str = "train"
-
-    def validate(self) -> None:
-        """ValueError on inconsistent settings."""
-        if len(set(self.splits)) != len(self.splits):
-            raise ValueError(f"PrepareConfig.splits has duplicates: {self.splits}")
-        if self.train_split not in self.splits:
-            raise ValueError(f"PrepareConfig.train_split {self.train_split!r} is not in splits {self.splits}")
-        for name in ("n_mels", "min_frames", "max_frames_train", "asr_vocab_size", "st_vocab_size", "workers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PrepareConfig.{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -129,7 +105,7 @@ def _check_tsv_safe(segments: list[Segment], split: str, pair: str) -> None:
             raise CorpusError(f"{yaml_path_for(seg.wav)}: entry {i}: speaker_id {seg.speaker!r} contains a tab or line break")
 
 
-def _plan_split(split: str, segments: list[Segment], talk_samples: dict[Path, int], cfg: PrepareConfig,
+def _plan_split(split: str, segments: list[Segment], talk_samples: dict[Path, int], cfg: PrepareParams,
                 sample_rate: int) -> _SplitPlan:
     dropped = {r: 0 for r in DROP_REASONS}
     talks: dict[Path, list[_Item]] = {}
@@ -151,7 +127,7 @@ def _plan_split(split: str, segments: list[Segment], talk_samples: dict[Path, in
     return _SplitPlan(split, len(segments), list(talks.items()), dropped)
 
 
-def plan(mustc_root: Path, pair: str, cfg: PrepareConfig, sample_rate: int = SAMPLE_RATE) -> list[_SplitPlan]:
+def plan(mustc_root: Path, pair: str, cfg: PrepareParams, sample_rate: int = SAMPLE_RATE) -> list[_SplitPlan]:
     """Step 1 + 2: validate the whole input and decide what is kept (no audio decoding)."""
     cfg.validate()
     per_split = {split: read_split(Path(mustc_root), pair, split) for split in cfg.splits}
@@ -228,7 +204,7 @@ def _features(tasks: list[_Task], pool: Any | None, max_in_flight: int) -> Itera
         yield result
 
 
-def _write_split(p: _SplitPlan, tmp: Path, cfg: PrepareConfig, pool: Any | None, pair: str,
+def _write_split(p: _SplitPlan, tmp: Path, cfg: PrepareParams, pool: Any | None, pair: str,
                  progress: bool, sample_rate: int) -> None:
     kept = p.kept
     total = sum(item.n_frames for item in kept)
@@ -247,37 +223,15 @@ def _write_split(p: _SplitPlan, tmp: Path, cfg: PrepareConfig, pool: Any | None,
                 rows.append((seg.id, ref, str(item.n_frames), seg.src_text, seg.tgt_text, seg.speaker))
             bar.update(len(items))
     with open(tmp / f"{p.split}.tsv", "w", encoding="utf-8", newline="") as f:
-        w = _tsv_writer(f)
+        w = tsv_writer(f)
         w.writerow(MANIFEST_COLUMNS)
         w.writerows(rows)
-
-
-def _tsv_writer(f: Any) -> Any:
-    # No quoting and no escaping: fields never hold tabs or line breaks (checked upfront), so
-    # every line splits on "\t" into exactly the original strings.
-    return csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, quotechar=None, escapechar=None,
-                      lineterminator="\n")
-
-
-def read_manifest(path: Path) -> list[dict[str, str]]:
-    """Rows of a manifest written by :func:`prepare_pair` as dicts keyed by :data:`MANIFEST_COLUMNS`."""
-    with open(path, encoding="utf-8", newline="") as f:
-        header = f.readline().rstrip("\n").split("\t")
-        if tuple(header) != MANIFEST_COLUMNS:
-            raise ValueError(f"{path}: header {header} is not {list(MANIFEST_COLUMNS)}")
-        rows = []
-        for lineno, line in enumerate(f, start=2):
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) != len(MANIFEST_COLUMNS):
-                raise ValueError(f"{path}:{lineno}: {len(fields)} fields, expected {len(MANIFEST_COLUMNS)}")
-            rows.append(dict(zip(MANIFEST_COLUMNS, fields)))
-    return rows
 
 
 # --------------------------------------------------------------------------- entry point
 
 
-def prepare_pair(mustc_root: Path, pair: str, out_dir: Path, cfg: PrepareConfig, progress: bool = True) -> dict:
+def prepare_pair(mustc_root: Path, pair: str, out_dir: Path, cfg: PrepareParams, progress: bool = True) -> dict:
     """Prepare language pair ``pair`` of the MuST-C copy at ``mustc_root`` into ``out_dir``.
 
     Returns the report (also written to ``out_dir/report.json``): per split the segments read,

@@ -33,7 +33,7 @@ Conventions
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lib.model.attention import SelfAttention, build_attention, mask_bias
+from lib.model.config import MODEL_SIZES, SUBSAMPLER_NORMS, ModelConfig, model_config  # noqa: F401 (re-exported)
 from lib.model.dropout import Dropout, dropout
 
 __all__ = [
@@ -58,104 +59,6 @@ __all__ = [
     "model_config",
     "subsampled_lengths",
 ]
-
-
-# ----------------------------------------------------------------------------------------
-# Configuration
-# ----------------------------------------------------------------------------------------
-
-SUBSAMPLER_NORMS = ("none", "layernorm")
-
-
-@dataclass
-class ModelConfig:
-    n_mels: int = 80
-    conv_channels: int = 1024  # fairseq conv_channels (mid channels before the GLU)
-    conv_kernel: int = 5
-    d_model: int = 256
-    n_heads: int = 4
-    ffn_dim: int = 2048
-    encoder_layers: int = 12
-    decoder_layers: int = 6
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
-    activation_dropout: float = 0.1
-    vocab_size: int = 8000  # MuST-C ST recipe: unigram SentencePiece, 8k
-    max_source_positions: int = 6000
-    max_target_positions: int = 1024
-    # One attention spec per encoder layer; None -> all {"type": "full"}.
-    encoder_attention: list[dict] | None = None
-    # Optional CTC head on the encoder output (auxiliary ASR loss); None -> no head.
-    ctc_vocab_size: int | None = None
-    pad_idx: int = 1  # fairseq dictionary convention
-    # Encoder input (demo-only deviations from fairseq; the paper profile keeps the defaults):
-    # scale_embedding: multiply the subsampler output by sqrt(d) (fairseq; False = its
-    #   --no-scale-embedding). subsampler_norm: "layernorm" normalises the subsampler output (before
-    #   the positions are added, as wav2vec 2.0 does for its feature encoder), which keeps the
-    #   sinusoidal positions from being drowned by a growing subsampler output (see the README).
-    scale_embedding: bool = True
-    subsampler_norm: str = "none"  # none | layernorm
-    # Diagnostic control, not in the paper: a zero-initialised learned relative-position bias per
-    # encoder head over offsets clipped to [-K, K] (K = rel_pos_bias; 0 = off, full attention only).
-    rel_pos_bias: int = 0
-
-    def __post_init__(self) -> None:
-        if self.encoder_attention is None:
-            self.encoder_attention = [{"type": "full"} for _ in range(self.encoder_layers)]
-        else:
-            self.encoder_attention = [dict(spec) for spec in self.encoder_attention]
-        if len(self.encoder_attention) != self.encoder_layers:
-            raise ValueError(
-                f"encoder_attention has {len(self.encoder_attention)} specs for "
-                f"{self.encoder_layers} encoder layers"
-            )
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} not divisible by n_heads={self.n_heads}")
-        if self.conv_channels % 2:
-            raise ValueError(f"conv_channels={self.conv_channels} must be even (GLU halves it)")
-        if self.conv_kernel % 2 == 0:
-            raise ValueError(f"conv_kernel={self.conv_kernel} must be odd ((len-1)//2+1 lengths)")
-        if self.vocab_size <= self.pad_idx:
-            raise ValueError(f"vocab_size={self.vocab_size} must exceed pad_idx={self.pad_idx}")
-        if self.subsampler_norm not in SUBSAMPLER_NORMS:
-            raise ValueError(f"subsampler_norm must be one of {list(SUBSAMPLER_NORMS)}, got {self.subsampler_norm!r}")
-        if not isinstance(self.scale_embedding, bool):
-            raise ValueError(f"scale_embedding must be true or false, got {self.scale_embedding!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig key(s): {unknown}")
-        return cls(**d)
-
-
-# Named sizes: overrides on top of the ModelConfig defaults (which are "s").
-MODEL_SIZES: dict[str, dict[str, Any]] = {
-    # fairseq s2t_transformer_s == the paper's baseline (Appendix B).
-    "s": {},
-    # Small CPU-trainable config keeping the paper's depth (12 encoder layers, so the
-    # layer-wise locality analysis and the per-layer windows still apply).
-    "demo": dict(
-        conv_channels=256, d_model=128, n_heads=4, ffn_dim=512, encoder_layers=12, decoder_layers=3
-    ),
-    # For unit tests.
-    "tiny": dict(
-        conv_channels=16, d_model=16, n_heads=2, ffn_dim=32, encoder_layers=2, decoder_layers=1
-    ),
-}
-
-
-def model_config(size: str, **overrides: Any) -> ModelConfig:
-    """``model_config("s", vocab_size=8000)``; ValueError naming an unknown size or key."""
-    if size not in MODEL_SIZES:
-        raise ValueError(f"unknown model size {size!r}; known: {sorted(MODEL_SIZES)}")
-    return ModelConfig.from_dict({**MODEL_SIZES[size], **overrides})
 
 
 # ----------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import sentencepiece as spm  # noqa: E402
 
-from lib.data.prepare import read_manifest  # noqa: E402
+from lib.data.manifest import read_manifest  # noqa: E402
 
 FRAME_SHIFT_S = 0.01
 

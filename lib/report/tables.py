@@ -11,15 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from lib.data.prepare import read_manifest
+from lib import layout
 from lib.decode.metrics import paired_bootstrap
-from lib.report.efficiency import PAPER_EN_DE_WINDOWS  # the paper's Table 1, En-De layers 4-12
-
-# Table 2 of the paper (MuST-C tst-COMMON BLEU), for reading our numbers next to theirs.
-PAPER_TABLE2 = {"en-de": {"baseline": 22.53, "local": 22.49},
-                "en-es": {"baseline": 27.49, "local": 27.46},
-                "en-it": {"baseline": 22.98, "local": 22.97}}
-SYSTEMS = {"baseline": "st", "local": "local"}  # system name -> metrics/runs folder
+from lib.layout import ST_SYSTEMS, TEST_SPLIT, RunPaths
+from lib.paper import EN_DE_WINDOWS as PAPER_EN_DE_WINDOWS
+from lib.paper import MAIN_DIAGONAL as PAPER_MAIN_DIAGONAL
+from lib.paper import TABLE2 as PAPER_TABLE2
 
 
 @dataclass
@@ -45,31 +42,40 @@ class SystemScores:
 
 
 def load_scores(root: Path, pair: str, system: str, seeds: Sequence[int]) -> SystemScores:
-    """Per-seed BLEU/chrF of one system from ``metrics/<folder>/<pair>/seed<k>.json``."""
-    folder = SYSTEMS[system]
+    """Per-seed BLEU/chrF of one ST system from ``metrics/<system>/<pair>/seed<k>.json``."""
     bleu, chrf = [], []
     for seed in seeds:
-        path = root / "metrics" / folder / pair / f"seed{seed}.json"
+        path = RunPaths(root, system, pair, seed).metrics
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing (written by the train_{'st' if folder == 'st' else 'local'} stage)")
+            raise FileNotFoundError(f"{path}: missing (written by the train_{system}@{pair}-{seed} stage)")
         m = json.loads(path.read_text(encoding="utf-8"))
         bleu.append(float(m["bleu"]))
         chrf.append(float(m["chrf"]))
     return SystemScores(pair, system, list(seeds), bleu, chrf)
 
 
-def significance(root: Path, pair: str, seeds: Sequence[int], prepared_dir: Path, split: str = "tst-COMMON",
+def _lines(path: Path) -> list[str]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (written by the stage that trained and decoded the run)")
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def significance(root: Path, pair: str, seeds: Sequence[int], split: str = TEST_SPLIT,
                  n_samples: int = 1000) -> list[dict]:
-    """sacreBLEU's paired bootstrap (baseline vs local) for each seed's pair of runs."""
-    refs = [r["tgt_text"] for r in read_manifest(prepared_dir / f"{split}.tsv")]
+    """sacreBLEU's paired bootstrap (baseline vs local) for each seed's pair of runs, on the runs'
+    decoded test sets (data/decoded/<system>/<pair>/seed<k>/)."""
     out = []
     for seed in seeds:
+        runs = {system: RunPaths(root, system, pair, seed) for system in ST_SYSTEMS}
+        refs = _lines(runs["baseline"].refs(split))
+        if _lines(runs["local"].refs(split)) != refs:
+            raise ValueError(f"{runs['local'].refs(split)} differs from {runs['baseline'].refs(split)}: "
+                             f"the two systems were not decoded on the same test set")
         hyps = {}
-        for system, folder in SYSTEMS.items():
-            path = root / "runs" / folder / pair / f"seed{seed}" / f"hyps.{split}.txt"
-            hyps[system] = path.read_text(encoding="utf-8").splitlines()
+        for system, paths in runs.items():
+            hyps[system] = _lines(paths.hyps(split))
             if len(hyps[system]) != len(refs):
-                raise ValueError(f"{path}: {len(hyps[system])} hypotheses for {len(refs)} references")
+                raise ValueError(f"{paths.hyps(split)}: {len(hyps[system])} hypotheses for {len(refs)} references")
         res = paired_bootstrap(hyps["baseline"], hyps["local"], refs, n_samples=n_samples)
         out.append({"seed": seed, "p_value": res["p_value"]})
     return out
@@ -119,7 +125,7 @@ def health_markdown(root: Path, pairs: Sequence[str]) -> str:
     lines = [head, "|" + "---|" * (len(HEALTH_COLUMNS) + 3)]
     for pair in pairs:
         for model in ("asr", "st"):
-            path = root / "metrics" / "health" / pair / f"{model}.json"
+            path = layout.health_metrics(root, pair, model)
             if not path.is_file():
                 raise FileNotFoundError(f"{path}: missing (written by the health_{model} stage)")
             m = json.loads(path.read_text(encoding="utf-8"))
@@ -127,10 +133,6 @@ def health_markdown(root: Path, pairs: Sequence[str]) -> str:
             cells = [("–" if s.get(key) is None else fmt.format(s[key])) for key, _, fmt in HEALTH_COLUMNS]
             lines.append(f"| {pair} | {model.upper()} | " + " | ".join(cells) + f" | {m.get('algorithm1_windows', '–')} |")
     return "\n".join(lines) + "\n"
-
-
-# The paper's footnote 3: the main diagonal holds "around 65% of the total contributions in each layer".
-PAPER_MAIN_DIAGONAL = 0.65
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
@@ -175,7 +177,7 @@ def paper_comparison_markdown(root: Path, scores: Sequence[SystemScores], sig: d
         base, local = by.get((pair, "baseline")), by.get((pair, "local"))
         if base is None or local is None:
             continue
-        path = root / "metrics" / "health" / pair / "st.json"
+        path = layout.health_metrics(root, pair, "st")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing (written by the health_st stage)")
         health = json.loads(path.read_text(encoding="utf-8"))

@@ -1,9 +1,14 @@
 """The training loop: ASR pretraining and ST training share it (fairseq's S2T MuST-C recipe).
 
-Read top to bottom: :class:`TrainConfig` holds plain values; :func:`train` builds the optimizer,
-resumes from ``<out>/checkpoints/last.pt`` when it was made with the same config, then runs
-updates of ``update_freq`` batches each (x ``world_size`` processes under torchrun) until
-``max_updates``, evaluating, logging (dvclive) and checkpointing on the way.
+Read top to bottom: :class:`TrainConfig` (lib/params.py) holds plain values; :func:`decide_resume`
+decides, once per run, whether ``<out>/checkpoints/last.pt`` is resumed: only when it was made with
+the same config (the same fingerprint of ``{"train": cfg, **run_config}``); a ``last.pt`` of another
+config is moved aside to ``last.stale-<its fingerprint>.pt`` (keeping at most one such file) and the
+run starts from scratch. Under torchrun rank 0 decides and broadcasts. :func:`train` takes that
+decision (``lib/train/run.py`` makes it before training, to set up dvclive; ``train`` makes it itself
+when given none), builds the optimizer, restores the resumed state, then runs updates of
+``update_freq`` batches each (x ``world_size`` processes under torchrun) until ``max_updates``,
+evaluating, logging (dvclive) and checkpointing on the way.
 
 Determinism and resume. The data order is a function of ``(seed, epoch)`` (lib/data/dataset.py),
 SpecAugment draws from a generator seeded by ``(seed, epoch, batch)``, and dropout draws from
@@ -31,58 +36,11 @@ from torch import nn
 from tqdm import tqdm
 
 from lib.data.dataset import BOS_ID, PAD_ID, Batch, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
-from lib.precision import AMP_MODES, autocast, resolve_amp
+from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig re-exported)
+from lib.precision import autocast, resolve_amp
 from lib.train import checkpoint as ckpt
 from lib.train.objectives import ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss
 
-LOWER_IS_BETTER = {"loss": True, "nll": True, "wer": True, "bleu": False, "chrf": False}
-
-
-@dataclass
-class TrainConfig:
-    """Hyperparameters of one training run (the paper's values in comments)."""
-
-    seed: int = 1
-    lr: float = 2e-3  # paper: 1e-3 ASR, 2e-3 ST
-    warmup_updates: int = 10000  # paper: 10000
-    warmup_init_lr: float = 1e-7
-    max_updates: int = 50000  # paper: 50000
-    max_frames: int = 40000  # paper: 40000 "tokens" (input frames) per batch
-    update_freq: int = 8  # paper: 8
-    clip_norm: float = 10.0  # paper: 10
-    label_smoothing: float = 0.1  # paper: 0.1
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.0
-    ctc_weight: float = 0.0  # auxiliary encoder CTC loss (ESPnet-style); 0 in the paper
-    specaugment: bool = True
-    # ST only, a demo option (not in the paper): also initialise the decoder's layers (not its
-    # embeddings / output projection) from the ASR model, whose decoder already aligns with the encoder.
-    init_decoder: bool = False
-    # SpecAugment time-mask width cap as a share of the utterance (fairseq's LB policy: 1.0, i.e.
-    # only T = 100 frames caps it; 0.2 keeps masks proportional on short demo utterances).
-    specaug_time_p: float = 1.0
-    max_frames_train: int = 3000
-    max_target_tokens: int = 1024
-    eval_every: int = 1000
-    save_every: int = 1000
-    average_last: int = 5  # average of the last K saved snapshots
-    best_metric: str = "loss"  # loss | nll | wer | bleu | chrf
-    amp: str = "none"  # none | bf16 | fp16 (CUDA only) | auto (bf16 where the device has it: resolve_amp)
-
-    def validate(self, prefix: str = "train") -> None:
-        """ValueError naming ``<prefix>.<key>`` for an invalid value."""
-        if self.best_metric not in LOWER_IS_BETTER:
-            raise ValueError(f"{prefix}.best_metric must be one of {sorted(LOWER_IS_BETTER)}, got {self.best_metric!r}")
-        if self.amp not in AMP_MODES:
-            raise ValueError(f"{prefix}.amp must be one of {list(AMP_MODES)}, got {self.amp!r}")
-        for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",
-                     "warmup_updates"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{prefix}.{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 < self.specaug_time_p <= 1.0:
-            raise ValueError(f"{prefix}.specaug_time_p must be in (0, 1], got {self.specaug_time_p}")
-        if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:
-            raise ValueError(f"{prefix}: lr and clip_norm must be > 0, label_smoothing in [0, 1), ctc_weight >= 0")
 
 
 @dataclass
@@ -190,7 +148,39 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _try_resume(path: Path, fingerprint: str, config: dict, log: Callable[[str], None]) -> dict | None:
+@dataclass
+class Resume:
+    """What :func:`decide_resume` found: the run's ``config`` (``{"train": cfg, **run_config}``), its
+    ``fingerprint``, and ``state``: the ``last.pt`` to resume from, or None to start from scratch."""
+
+    fingerprint: str
+    config: dict[str, Any]
+    state: dict[str, Any] | None = None
+
+
+def decide_resume(ckpt_dir: Path, cfg: TrainConfig, run_config: dict[str, Any],
+                  log: Callable[[str], None] | None = None) -> Resume:
+    """Whether the run resumes from ``<ckpt_dir>/last.pt``: only when it has the run's fingerprint.
+
+    The fingerprint is computed and ``last.pt`` loaded (at most) once, here. A ``last.pt`` of
+    another config is never resumed: ``log`` (default ``tqdm.write``) names the keys that differ,
+    older ``last.stale-*.pt`` files are removed and ``last.pt`` becomes ``last.stale-<its
+    fingerprint>.pt`` (so at most one stale file is kept). Under torchrun this is a collective:
+    every rank calls it, rank 0 decides and broadcasts the state it loaded.
+    """
+    config = {"train": asdict(cfg), **run_config}
+    fp = ckpt.fingerprint(config)
+    rank, world = dist_info()
+    state = _matching_last(Path(ckpt_dir) / "last.pt", fp, config, log or tqdm.write) if rank == 0 else None
+    if world > 1:  # every rank resumes from what rank 0 found
+        obj = [state]
+        dist.broadcast_object_list(obj, src=0)
+        state = obj[0]
+    return Resume(fingerprint=fp, config=config, state=state)
+
+
+def _matching_last(path: Path, fingerprint: str, config: dict, log: Callable[[str], None]) -> dict | None:
+    """``path`` loaded when its fingerprint is ``fingerprint``; else None, a mismatching file moved aside."""
     if not path.is_file():
         return None
     state = ckpt.load(path)
@@ -198,19 +188,94 @@ def _try_resume(path: Path, fingerprint: str, config: dict, log: Callable[[str],
         return state
     diff = ckpt.config_diff(state.get("config", {}), config)
     stale = path.with_name(f"last.stale-{state.get('fingerprint', 'unknown')}.pt")
+    removed = sorted(old.name for old in path.parent.glob("last.stale-*.pt") if old != stale)
+    for name in removed:  # keep at most one stale file: the newest
+        (path.parent / name).unlink()
     os.replace(path, stale)
     log(f"NOT resuming {path}: it was made with a different config ({'; '.join(diff) or 'fingerprint differs'}); "
-        f"moved it to {stale.name} and starting from scratch")
+        f"moved it to {stale.name}" + (f" (removed the older {', '.join(removed)})" if removed else "")
+        + " and starting from scratch")
     return None
+
+
+def _restore(resume: Resume, model: nn.Module, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
+             snap_dir: Path, rank: int, world: int) -> RunState:
+    """Load the resumed weights, optimizer, RNG and run state; or, starting from scratch, seed
+    this rank's dropout stream and (rank 0) drop the snapshots of an earlier run."""
+    if resume.state is None:
+        torch.manual_seed(cfg.seed * 7919 + rank)  # dropout stream per rank
+        if rank == 0:
+            for old in snap_dir.glob("update_*.pt"):
+                old.unlink()
+        return RunState()
+    state = resume.state
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    _set_rng_state(state["rng"][rank] if world > 1 else state["rng"][0])
+    return RunState(**state["run_state"])
+
+
+def _gather_rng(world: int) -> list[dict[str, Any]]:
+    """Every rank's RNG state, in rank order (under torchrun a collective: all ranks call it)."""
+    state = _rng_state()
+    if world == 1:
+        return [state]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, state)
+    return out
+
+
+def _save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, st: RunState,
+                     resume: Resume, average_last: int, rank: int, world: int) -> None:
+    """Rank 0 writes ``snapshots/update_<n>.pt`` then ``last.pt`` (with every rank's RNG state, so all
+    ranks call this) and keeps the newest ``average_last`` snapshots."""
+    rngs = _gather_rng(world)
+    if rank != 0:
+        return
+    snap_dir = ckpt_dir / "snapshots"
+    # Snapshot first, last.pt second: a kill between the two resumes from the previous last.pt
+    # and rewrites this snapshot identically, whereas the other order would resume past a
+    # snapshot that was never written (and avg_last_k.pt would average the wrong updates).
+    ckpt.save(snap_dir / f"update_{st.update:07d}.pt", {"model": model.state_dict(), "update": st.update})
+    ckpt.save(ckpt_dir / "last.pt", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                     "run_state": asdict(st), "rng": rngs, "fingerprint": resume.fingerprint,
+                                     "config": resume.config})
+    for old in sorted(snap_dir.glob("update_*.pt"))[:-average_last]:
+        old.unlink()
+
+
+def _dev_metrics(model: nn.Module, dev_ds: SpeechDataset, cfg: TrainConfig, device: torch.device, amp: str,
+                 evaluate: Callable[[nn.Module], dict[str, float]] | None) -> dict[str, float]:
+    """``dev/loss`` and ``dev/nll``, plus ``evaluate(model)``'s metrics (run in eval mode) when given."""
+    metrics = {f"dev/{k}": v for k, v in dev_loss(model, dev_ds, cfg.max_frames, device, cfg.label_smoothing, amp).items()}
+    if evaluate is not None:
+        model.eval()
+        metrics.update({f"dev/{k}": v for k, v in evaluate(model).items()})
+        model.train()
+    return metrics
+
+
+def _keep_best(metrics: dict[str, float], st: RunState, model: nn.Module, cfg: TrainConfig, ckpt_dir: Path) -> None:
+    """When ``dev/<best_metric>`` improved on ``st.best``: record it and write ``best.pt`` (rank 0)."""
+    key = f"dev/{cfg.best_metric}"
+    if key not in metrics:
+        return
+    better = st.best is None or (metrics[key] < st.best if LOWER_IS_BETTER[cfg.best_metric] else metrics[key] > st.best)
+    if better:
+        st.best = metrics[key]
+        ckpt.save(ckpt_dir / "best.pt", {"model": model.state_dict(), "update": st.update, key: st.best})
 
 
 def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: SpeechDataset, out_dir: Path, *,
           run_config: dict[str, Any], evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
-          device: torch.device | None = None, progress: bool = True, live: Any = None) -> dict[str, Any]:
+          device: torch.device | None = None, progress: bool = True, live: Any = None,
+          resume: Resume | None = None) -> dict[str, Any]:
     """Train ``model`` in place; returns the final summary (also left in ``<out>/checkpoints``).
 
     ``run_config`` is everything that defines the run (hyperparameters, model config, data
     fingerprint, init checkpoint); its hash decides whether ``last.pt`` may be resumed.
+    ``resume`` is :func:`decide_resume`'s answer for ``<out>/checkpoints`` and this config; None
+    (the default) decides here (under torchrun: on every rank, or on none).
     ``evaluate(model) -> {"bleu": ...}`` adds decoding metrics to each evaluation.
     ``live`` is a dvclive ``Live`` (or None), used on rank 0 only.
     """
@@ -222,68 +287,21 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     snap_dir = ckpt_dir / "snapshots"
     if rank == 0:
         snap_dir.mkdir(parents=True, exist_ok=True)
-    config = {"train": asdict(cfg), **run_config}
-    fp = ckpt.fingerprint(config)
+    if resume is None:
+        resume = decide_resume(ckpt_dir, cfg, run_config, say)
+    elif resume.config != {"train": asdict(cfg), **run_config}:
+        raise ValueError("train(resume=...) was decided for another config than cfg and run_config")
 
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
-    resumed = _try_resume(ckpt_dir / "last.pt", fp, config, say) if rank == 0 or world == 1 else None
-    if world > 1:  # every rank resumes from what rank 0 found
-        obj = [resumed]
-        dist.broadcast_object_list(obj, src=0)
-        resumed = obj[0]
-    st = RunState()
-    if resumed is not None:
-        model.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        st = RunState(**resumed["run_state"])
-        _set_rng_state(resumed["rng"][rank] if world > 1 else resumed["rng"][0])
+    st = _restore(resume, model, optimizer, cfg, snap_dir, rank, world)
+    if resume.state is not None:
         say(f"resumed from {ckpt_dir / 'last.pt'} at update {st.update}")
-    else:
-        torch.manual_seed(cfg.seed * 7919 + rank)  # dropout stream per rank
-        if rank == 0:
-            for old in snap_dir.glob("update_*.pt"):
-                old.unlink()
     criterion = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
     net = nn.parallel.DistributedDataParallel(criterion) if world > 1 else criterion
     amp = resolve_amp(cfg.amp, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
     specaug = SpecAugmentConfig(time_mask_p=cfg.specaug_time_p) if cfg.specaugment else None
-
-    def gather_rng() -> list[dict]:
-        state = _rng_state()
-        if world == 1:
-            return [state]
-        out: list[Any] = [None] * world
-        dist.all_gather_object(out, state)
-        return out
-
-    def save_last() -> None:
-        rngs = gather_rng()
-        if rank != 0:
-            return
-        # Snapshot first, last.pt second: a kill between the two resumes from the previous last.pt
-        # and rewrites this snapshot identically, whereas the other order would resume past a
-        # snapshot that was never written (and avg_last_k.pt would average the wrong updates).
-        ckpt.save(snap_dir / f"update_{st.update:07d}.pt", {"model": model.state_dict(), "update": st.update})
-        ckpt.save(ckpt_dir / "last.pt", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                         "run_state": asdict(st), "rng": rngs, "fingerprint": fp, "config": config})
-        for old in sorted(snap_dir.glob("update_*.pt"))[:-cfg.average_last]:
-            old.unlink()
-
-    def run_eval() -> dict[str, float]:
-        metrics = {f"dev/{k}": v for k, v in dev_loss(model, dev_ds, cfg.max_frames, device, cfg.label_smoothing, amp).items()}
-        if evaluate is not None and rank == 0:
-            model.eval()
-            metrics.update({f"dev/{k}": v for k, v in evaluate(model).items()})
-            model.train()
-        key = f"dev/{cfg.best_metric}"
-        if rank == 0 and key in metrics:
-            better = st.best is None or (metrics[key] < st.best if LOWER_IS_BETTER[cfg.best_metric] else metrics[key] > st.best)
-            if better:
-                st.best = metrics[key]
-                ckpt.save(ckpt_dir / "best.pt", {"model": model.state_dict(), "update": st.update, key: st.best})
-        return metrics
 
     model.train()
     bar = tqdm(total=cfg.max_updates, initial=st.update, desc=f"train {Path(out_dir).name}", unit="upd",
@@ -342,7 +360,10 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             if "ctc" in logged:
                 row["train/ctc"] = logged["ctc"] / max(local_tokens - sum(len(x.ids) for x in batches), 1)
             if st.update % cfg.eval_every == 0 or st.update == cfg.max_updates:
-                row.update(run_eval())
+                metrics = _dev_metrics(model, dev_ds, cfg, device, amp, evaluate if rank == 0 else None)
+                if rank == 0:
+                    _keep_best(metrics, st, model, cfg, ckpt_dir)
+                row.update(metrics)
                 say(" ".join(f"{k}={v:.4g}" for k, v in row.items()))
             if live is not None and rank == 0:
                 live.step = st.update
@@ -353,7 +374,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             if "dev/loss" in row:
                 st.history.append(row)
             if st.update % cfg.save_every == 0 or st.update == cfg.max_updates:
-                save_last()
+                _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg.average_last, rank, world)
         if st.group_in_epoch >= len(groups):
             st.epoch += 1
             st.group_in_epoch = 0
@@ -363,7 +384,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
         ckpt.save(ckpt_dir / "avg_last_k.pt", {"model": ckpt.average_state_dicts(snaps),
                                                "updates": [int(p.stem.split("_")[1]) for p in snaps]})
     return {"updates": st.update, "epochs_started": st.epoch + 1, "best": st.best, "history": st.history,
-            "fingerprint": fp}
+            "fingerprint": resume.fingerprint}
 
 
 class _nullcontext:

@@ -1,16 +1,23 @@
 """One training run as a pipeline stage sees it: data -> model -> train -> final model -> test metrics.
 
 Shared by the ``train_asr``, ``train_st`` (and local-attention) stages, which differ only in the
-task, the attention spec and where the encoder is initialised from. Outputs in ``out_dir``:
+task, the attention spec and where the encoder is initialised from. Paths: :class:`lib.layout.RunPaths`.
 
-    checkpoints/         last.pt (resume), best.pt, snapshots/, avg_last_k.pt
-    live/                dvclive logs (train loss, lr, dev loss, dev BLEU or WER per evaluation)
-    model.pt             the final model (``final_checkpoint``: avg_last_k | best | last) + its config
-    hyps.<split>.txt     detokenised test hypotheses, one per line, in manifest order
-    timing.json          wall seconds of training and decoding in *this* invocation (a resumed run
-                         counts only its own part; kept out of the metrics, which are deterministic)
-and the metrics JSON at ``metrics_path``. ``live/`` and ``checkpoints/`` are persistent DVC outputs,
-so a run resumed by ``dvc repro`` after a kill appends to its curves.
+    runs/<run>/checkpoints/   last.pt (resume), best.pt, snapshots/, avg_last_k.pt   (not DVC outputs:
+    runs/<run>/live/          dvclive logs during training                            kept across kills)
+    runs/<run>/model.pt       the final model (``final_checkpoint``: avg_last_k | best | last) + its config
+    runs/<run>/timing.json    wall seconds of training and decoding in *this* invocation (a resumed run
+                              counts only its own part; kept out of the metrics, which are deterministic)
+    data/decoded/<run>/       hyps.<split>.txt (detokenised, manifest order) and refs.<split>.txt
+    plots/train/<run>/        the training curves, copied from live/ when the run ends
+    metrics/<run>.json        test metrics
+
+The resume state is deliberately not a DVC output: DVC deletes a stage's outputs before running it
+(unless ``persist``), and a ``persist`` output turns the run-cache off for the stage. Kept beside
+the outputs instead, it survives a kill (``dvc repro`` resumes from ``last.pt``, and the resumed
+run appends to its curves in ``live/``), while DVC can still restore a finished run from its
+run-cache (the per-seed recipe in the README relies on that). ``rm -rf runs/*/**/checkpoints``
+frees the disk once the results are in.
 """
 from __future__ import annotations
 
@@ -18,9 +25,10 @@ import csv
 import dataclasses
 import hashlib
 import json
+import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +38,14 @@ from lib.data.dataset import SpeechDataset
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf, wer
 from lib.io import atomic_write_json, atomic_write_text
+from lib.layout import RunPaths, windows_json
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config
+from lib.params import Params, TrainConfig
 from lib.precision import resolve_amp
 from lib.train import checkpoint as ckpt
-from lib.train.loop import TrainConfig, dist_info, train
+from lib.train.loop import decide_resume, dist_info, train
 
-SYSTEMS = ("asr", "asr_shared", "asr_local", "st", "local")
-LIVE_PLOTS = Path("live") / "plots" / "metrics"  # dvclive curves, declared as plots in dvc.yaml
+LIVE_PLOTS = Path("plots") / "metrics"  # dvclive's curves inside its folder; copied to RunPaths.curves
 FINAL_CHECKPOINTS = {"avg_last_k": "avg_last_k.pt", "best": "best.pt", "last": "last.pt"}
 
 
@@ -45,8 +54,7 @@ class RunSpec:
     task: str  # "asr" | "st"
     pair: str
     prepared_dir: Path
-    out_dir: Path
-    metrics_path: Path
+    paths: RunPaths
     train: TrainConfig
     model_size: str = "demo"
     model_overrides: dict[str, Any] = field(default_factory=dict)
@@ -158,41 +166,46 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
                                  amp=amp)
         return score(spec.task, hyps, refs_dev)
 
-    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    paths = spec.paths
+    paths.run_dir.mkdir(parents=True, exist_ok=True)
+    # Decided once (rank 0 loads last.pt, moves a mismatching one aside, and broadcasts under
+    # torchrun, so every rank calls it): dvclive resumes exactly when training does.
+    resume = decide_resume(paths.checkpoints, cfg, run_config)
     live = None
     if rank == 0:
-        last = spec.out_dir / "checkpoints" / "last.pt"
-        resuming = last.is_file() and ckpt.load(last).get("fingerprint") == ckpt.fingerprint(
-            {"train": asdict(cfg), **run_config})
-        if resuming:
-            update = ckpt.load(last)["run_state"]["update"]
-            if not (spec.out_dir / LIVE_PLOTS).is_dir():
-                print(f"warning: {spec.out_dir / LIVE_PLOTS} is missing: the training curves up to update "
-                      f"{update} are lost; resuming from {last} all the same", file=sys.stderr)
-            _truncate_live_logs(spec.out_dir / "live", update)
-        live = Live(dir=str(spec.out_dir / "live"), resume=resuming, dvcyaml=False, save_dvc_exp=False, report=None)
+        if resume.state is not None:
+            update = resume.state["run_state"]["update"]
+            if not (paths.live / LIVE_PLOTS).is_dir():
+                print(f"warning: {paths.live / LIVE_PLOTS} is missing: the training curves up to update "
+                      f"{update} are lost; resuming from {paths.checkpoints / 'last.pt'} all the same",
+                      file=sys.stderr)
+            _truncate_live_logs(paths.live, update)
+        elif paths.live.exists():  # curves of another config (or of an unresumable run): start afresh
+            shutil.rmtree(paths.live)
+        live = Live(dir=str(paths.live), resume=resume.state is not None, dvcyaml=False, save_dvc_exp=False,
+                    report=None)
     t0 = time.perf_counter()
-    summary = train(model, cfg, train_ds, dev_ds, spec.out_dir, run_config=run_config, evaluate=evaluate,
-                    device=device, progress=progress, live=live)
+    summary = train(model, cfg, train_ds, dev_ds, paths.run_dir, run_config=run_config, evaluate=evaluate,
+                    device=device, progress=progress, live=live, resume=resume)
     train_seconds = time.perf_counter() - t0
     if rank != 0:
         return {}
     if live is not None:
         live.end()
     # The curves are a DVC output: they must exist even when a resumed run had nothing left to log.
-    (spec.out_dir / LIVE_PLOTS).mkdir(parents=True, exist_ok=True)
+    copy_curves(paths.live / LIVE_PLOTS, paths.curves)
 
-    final = ckpt.load(spec.out_dir / "checkpoints" / FINAL_CHECKPOINTS[spec.final_checkpoint])
+    final = ckpt.load(paths.checkpoints / FINAL_CHECKPOINTS[spec.final_checkpoint])
     model.load_state_dict(final["model"])
     model.eval()
-    ckpt.save(spec.out_dir / "model.pt", {"model": model.state_dict(), "model_config": mcfg.to_dict(),
-                                          "task": spec.task, "pair": spec.pair, "checkpoint": spec.final_checkpoint})
+    ckpt.save(paths.model, {"model": model.state_dict(), "model_config": mcfg.to_dict(),
+                            "task": spec.task, "pair": spec.pair, "checkpoint": spec.final_checkpoint})
     t1 = time.perf_counter()
     hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress,
                              amp=amp)
     decode_seconds = time.perf_counter() - t1
     refs = [test_ds.reference(i) for i in range(len(test_ds))]
-    atomic_write_text(spec.out_dir / f"hyps.{spec.test_split}.txt", "".join(h + "\n" for h in hyps))
+    write_decoded(paths, spec.test_split, hyps, refs)
     metrics: dict[str, Any] = {
         **score(spec.task, hyps, refs),
         "dev_best": summary["best"],
@@ -203,126 +216,129 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     }
     if spec.task == "st":
         metrics["bleu_signature"] = bleu_signature()
-    atomic_write_json(spec.metrics_path, metrics)
+    atomic_write_json(paths.metrics, metrics)
     # Wall times vary run to run: kept out of the metrics so equal seeds give equal metrics files.
-    atomic_write_json(spec.out_dir / "timing.json", {"train_seconds": round(train_seconds, 1),
+    atomic_write_json(paths.timing, {"train_seconds": round(train_seconds, 1),
                                                      "decode_seconds": round(decode_seconds, 1)})
     return metrics
 
 
-def spec_from_params(p: Any, root: Path, system: str, pair: str, seed: int | None = None,
+def spec_from_params(p: Params, root: Path, system: str, pair: str, seed: int | None = None,
                      encoder_attention: list[dict] | None = None) -> RunSpec:
     """The RunSpec of one pipeline run from params: ``system`` is ``asr`` (per pair), ``asr_shared``
     (the one English ASR model of ``asr.mode: shared``, trained on ``asr.shared_pair``; ``pair`` is
-    ignored), ``asr_local``
-    (per pair: ASR pretraining with the local-attention spec, when ``local.asr_pretraining`` is
-    ``local``), ``st`` (the baseline) or ``local`` (per pair and seed). ST and local runs take the
-    ``train_st`` hyperparameters with their seed and the pair's ASR encoder, so they differ in
-    attention only: ``st`` starts from runs/asr/<pair>/model.pt, ``local`` from
-    runs/asr_local/<pair>/model.pt (which is a copy of the former unless ``local.asr_pretraining``
-    is ``local``)."""
-    if system not in SYSTEMS:
-        raise ValueError(f"unknown system {system!r}; known: {list(SYSTEMS)}")
+    ignored), ``asr_local`` (per pair: ASR pretraining with the local-attention spec, when
+    ``local.asr_pretraining`` is ``local``), ``baseline`` or ``local`` (per pair and seed). Baseline
+    and local runs take the ``train_st`` hyperparameters with their seed and the pair's ASR encoder,
+    so they differ in attention only: ``baseline`` starts from runs/asr/<pair>/model.pt, ``local``
+    from runs/asr_local/<pair>/model.pt (a copy of the former unless ``local.asr_pretraining`` is
+    ``local``)."""
     d = p.decode
     test = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
     dev = BeamSearchConfig(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
     if system == "asr_shared":  # one English ASR model for every pair (asr.mode: shared)
         pair = p.asr.shared_pair
-        out_dir, metrics_path = root / "runs" / system, root / "metrics" / f"{system}.json"
-        train_cfg, init = p.train_asr, None
+        paths, train_cfg, init = RunPaths(root, system), p.train_asr, None
     elif system in ("asr", "asr_local"):
-        out_dir, metrics_path = root / "runs" / system / pair, root / "metrics" / system / f"{pair}.json"
-        train_cfg, init = p.train_asr, None
+        paths, train_cfg, init = RunPaths(root, system, pair), p.train_asr, None
     else:
-        if seed is None:
-            raise ValueError(f"system {system!r} needs a seed")
-        out_dir = root / "runs" / system / pair / f"seed{seed}"
-        metrics_path = root / "metrics" / system / pair / f"seed{seed}.json"
+        paths = RunPaths(root, system, pair, seed)  # ValueError for an unknown system or a missing seed
         train_cfg = dataclasses.replace(p.train_st, seed=seed)
-        init = root / "runs" / ("asr_local" if system == "local" else "asr") / pair / "model.pt"
+        init = RunPaths(root, "asr_local" if system == "local" else "asr", pair).model
     return RunSpec(task="asr" if system.startswith("asr") else "st", pair=pair,
-                   prepared_dir=root / p.data.prepared_dir / pair,
-                   out_dir=out_dir, metrics_path=metrics_path, train=train_cfg, model_size=p.model.size,
-                   model_overrides=p.model.overrides, encoder_attention=encoder_attention, init_encoder=init,
-                   decode=test, dev_decode=dev, decode_batch_frames=d.batch_frames,
+                   prepared_dir=root / p.data.prepared_dir / pair, paths=paths, train=train_cfg,
+                   model_size=p.model.size, model_overrides=p.model.overrides, encoder_attention=encoder_attention,
+                   init_encoder=init, decode=test, dev_decode=dev, decode_batch_frames=d.batch_frames,
                    final_checkpoint=d.final_checkpoint, max_dev_decode=d.dev_sentences)
 
 
-def local_encoder_attention(p: Any, root: Path, pair: str) -> list[dict]:
+def local_encoder_attention(p: Params, root: Path, pair: str) -> list[dict]:
     """Per-layer encoder attention of the local-attention model: layers 1..analysis.full_layers
     full, the rest local with ``local.windows`` when that list is non-empty, else with the windows
     that select_windows wrote to data/windows/<pair>/windows.json. ValueError names the param or file."""
-    from lib.analysis.pipeline import analysis_params
     from lib.model.spec import local_attention_spec, validate_spec
 
     n_layers = model_config(p.model.size, **p.model.overrides).encoder_layers
     if p.local.windows:
-        return local_attention_spec(n_layers, analysis_params(p).full_layers, p.local.windows, key="local.windows")
-    path = root / "data" / "windows" / pair / "windows.json"
+        return local_attention_spec(n_layers, p.analysis.full_layers, p.local.windows, key="local.windows")
+    path = windows_json(root, pair)
     if not path.is_file():
         raise ValueError(f"{path}: missing; it is written by the select_windows stage (or set local.windows)")
     spec = json.loads(path.read_text(encoding="utf-8"))["encoder_attention"]
     return validate_spec(spec, n_layers, key=f"{path}: encoder_attention")
 
 
-def _adopt_run_dir(src_dir: Path, dst_dir: Path, hyps: str | None = None) -> None:
-    """Make ``dst_dir`` hold ``src_dir``'s model.pt, its tst-COMMON hypotheses (or ``hyps`` when
-    given: decoded elsewhere) and its training curves, with an empty ``checkpoints/`` (they are the
-    source run's). Files are written atomically, the curves folder is swapped in whole."""
-    import shutil
+def copy_curves(live_plots: Path | None, curves: Path) -> None:
+    """Make ``curves`` (a DVC plots output) a copy of dvclive's ``live_plots`` folder, swapped in whole
+    (an empty folder when there is nothing: the output must exist)."""
+    tmp = curves.with_name(curves.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if live_plots is not None and live_plots.is_dir():
+        shutil.copytree(live_plots, tmp)
+    else:
+        tmp.mkdir(parents=True)
+    if curves.exists():
+        shutil.rmtree(curves)
+    tmp.rename(curves)
 
+
+def write_decoded(paths: RunPaths, split: str, hyps: list[str], refs: list[str]) -> None:
+    """The run's test hypotheses and references, one per line in manifest order (atomic)."""
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses for {len(refs)} references")
+    atomic_write_text(paths.hyps(split), "".join(h + "\n" for h in hyps))
+    atomic_write_text(paths.refs(split), "".join(r + "\n" for r in refs))
+
+
+def _adopt_run(src: RunPaths, dst: RunPaths, hyps: str | None = None) -> None:
+    """Make ``dst`` hold ``src``'s model.pt, its decoded test set (or ``hyps`` when given: decoded
+    elsewhere; the references are then ``dst``'s own, written by the caller) and its training curves.
+    ``dst``'s resume state is removed (it belongs to an earlier run of another model)."""
     from lib.io import atomic_write_bytes
 
-    dst_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(dst_dir / "model.pt", (src_dir / "model.pt").read_bytes())
+    dst.run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(dst.model, src.model.read_bytes())
     if hyps is None:
-        atomic_write_bytes(dst_dir / "hyps.tst-COMMON.txt", (src_dir / "hyps.tst-COMMON.txt").read_bytes())
+        atomic_write_bytes(dst.hyps(), src.hyps().read_bytes())
+        atomic_write_bytes(dst.refs(), src.refs().read_bytes())
     else:
-        atomic_write_text(dst_dir / "hyps.tst-COMMON.txt", hyps)
-    if (dst_dir / "checkpoints").exists():
-        shutil.rmtree(dst_dir / "checkpoints")
-    (dst_dir / "checkpoints").mkdir()
-    tmp = dst_dir / "live.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if (src_dir / "live").is_dir():
-        shutil.copytree(src_dir / "live", tmp)
-    else:
-        (tmp / LIVE_PLOTS.relative_to("live")).mkdir(parents=True)
-    if (dst_dir / "live").exists():
-        shutil.rmtree(dst_dir / "live")
-    tmp.rename(dst_dir / "live")
+        atomic_write_text(dst.hyps(), hyps)
+    for stale in (dst.checkpoints, dst.live):
+        if stale.exists():
+            shutil.rmtree(stale)
+    copy_curves(src.curves, dst.curves)
 
 
-def share_asr_run(src_dir: Path, src_metrics: Path, dst_dir: Path, dst_metrics: Path) -> dict[str, Any]:
-    """``local.asr_pretraining: shared``: make ``dst_dir`` (runs/asr_local/<pair>) a faithful copy of
-    the baseline's ASR run ``src_dir`` -- model.pt, test hypotheses and training curves -- with its
-    metrics marked ``"asr_pretraining": "shared"``, so that train_local always starts from
-    runs/asr_local/<pair>/model.pt and the copy says where it came from. ``dst_dir/checkpoints``
-    is left empty (checkpoints of an earlier ``local`` run are removed: they are not this model's).
-    Every file is written atomically; returns the metrics written."""
-    for name in ("model.pt", "hyps.tst-COMMON.txt"):
-        if not (src_dir / name).is_file():
-            raise FileNotFoundError(f"{src_dir / name}: missing; it is written by the train_asr stage")
-    _adopt_run_dir(src_dir, dst_dir)
-    metrics = {**json.loads(src_metrics.read_text(encoding="utf-8")), "asr_pretraining": "shared"}
-    atomic_write_json(dst_metrics, metrics)
+def share_asr_run(src: RunPaths, dst: RunPaths) -> dict[str, Any]:
+    """``local.asr_pretraining: shared``: make ``dst`` (runs/asr_local/<pair>) a faithful copy of the
+    baseline's ASR run ``src`` -- model.pt, decoded test set and training curves -- with its metrics
+    marked ``"asr_pretraining": "shared"``, so that train_local always starts from
+    runs/asr_local/<pair>/model.pt and the copy says where it came from. Every file is written
+    atomically; returns the metrics written."""
+    for path in (src.model, src.hyps(), src.refs()):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; it is written by the train_asr stage")
+    _adopt_run(src, dst)
+    atomic_write_json(dst.timing, {"train_seconds": 0.0, "decode_seconds": 0.0})  # a copy: nothing ran
+    metrics = {**json.loads(src.metrics.read_text(encoding="utf-8")), "asr_pretraining": "shared"}
+    atomic_write_json(dst.metrics, metrics)
     return metrics
 
 
-def adopt_shared_asr(p: Any, root: Path, pair: str, *, progress: bool = True) -> dict[str, Any]:
+def adopt_shared_asr(p: Params, root: Path, pair: str, *, progress: bool = True) -> dict[str, Any]:
     """``asr.mode: shared``: make runs/asr/<pair> the shared English ASR model (runs/asr_shared,
     trained on ``asr.shared_pair``): model.pt and training curves copied, its tst-COMMON
     hypotheses decoded on *this* pair's test audio (with the shared model's vocabulary) and scored
     against this pair's English references, so metrics/asr/<pair>.json is the shared model's WER
-    here. ``checkpoints/`` is left empty (they are the shared run's). Written atomically."""
-    src = root / "runs" / "asr_shared"
-    if not (src / "model.pt").is_file():
-        raise FileNotFoundError(f"{src / 'model.pt'}: missing; it is written by the train_asr_shared stage")
-    state = ckpt.load(src / "model.pt")
+    here. Written atomically."""
+    src = RunPaths(root, "asr_shared")
+    if not src.model.is_file():
+        raise FileNotFoundError(f"{src.model}: missing; it is written by the train_asr_shared stage")
+    state = ckpt.load(src.model)
     if "model" not in state:
-        raise ValueError(f"{src / 'model.pt'}: not a model (train_asr_shared ran with asr.mode: per_pair); "
+        raise ValueError(f"{src.model}: not a model (train_asr_shared ran with asr.mode: per_pair); "
                          f"run `dvc repro train_asr_shared` again")
-    shared_metrics = json.loads((root / "metrics" / "asr_shared.json").read_text(encoding="utf-8"))
+    shared_metrics = json.loads(src.metrics.read_text(encoding="utf-8"))
     spec = spec_from_params(p, root, "asr", pair)
     device = auto_device()
     amp = resolve_amp(spec.train.amp, device)
@@ -334,27 +350,25 @@ def adopt_shared_asr(p: Any, root: Path, pair: str, *, progress: bool = True) ->
     t0 = time.perf_counter()
     hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress, amp=amp)
     refs = [test_ds.reference(i) for i in range(len(test_ds))]
-    _adopt_run_dir(src, spec.out_dir, "".join(h + "\n" for h in hyps))
+    _adopt_run(src, spec.paths, "".join(h + "\n" for h in hyps))
+    write_decoded(spec.paths, spec.test_split, hyps, refs)
     metrics = {**score("asr", hyps, refs), "asr_mode": "shared", "trained_on": p.asr.shared_pair,
                "dev_best": shared_metrics.get("dev_best"), "updates": shared_metrics.get("updates"),
                "sentences": len(hyps), "params": model.num_parameters(), "precision": amp}
-    atomic_write_json(spec.metrics_path, metrics)
-    atomic_write_json(spec.out_dir / "timing.json", {"train_seconds": 0.0,
-                                                     "decode_seconds": round(time.perf_counter() - t0, 1)})
+    atomic_write_json(spec.paths.metrics, metrics)
+    atomic_write_json(spec.paths.timing, {"train_seconds": 0.0, "decode_seconds": round(time.perf_counter() - t0, 1)})
     return metrics
 
 
 def write_unused_shared_asr(root: Path) -> dict[str, Any]:
     """``asr.mode: per_pair``: train_asr_shared has nothing to train; it writes placeholders for its
     outputs (a model.pt with no weights that names the mode) so the DVC graph is the same in both modes."""
-    from lib.io import atomic_write_bytes
-
-    out = root / "runs" / "asr_shared"
-    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    (out / LIVE_PLOTS).mkdir(parents=True, exist_ok=True)
-    ckpt.save(out / "model.pt", {"unused": "asr.mode is per_pair: every pair trains its own ASR model (train_asr)"})
-    atomic_write_bytes(out / "hyps.tst-COMMON.txt", b"")
-    atomic_write_json(out / "timing.json", {"train_seconds": 0.0, "decode_seconds": 0.0})
+    paths = RunPaths(root, "asr_shared")
+    paths.run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt.save(paths.model, {"unused": "asr.mode is per_pair: every pair trains its own ASR model (train_asr)"})
+    write_decoded(paths, "tst-COMMON", [], [])
+    copy_curves(None, paths.curves)  # no curves: an empty folder
+    atomic_write_json(paths.timing, {"train_seconds": 0.0, "decode_seconds": 0.0})
     metrics = {"asr_mode": "per_pair"}
-    atomic_write_json(root / "metrics" / "asr_shared.json", metrics)
+    atomic_write_json(paths.metrics, metrics)
     return metrics

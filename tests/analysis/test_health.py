@@ -9,13 +9,13 @@ import torch
 import yaml
 
 from lib.analysis.extract import load_model
-from lib.analysis.health import (HealthAccumulator, HealthParams, band_mass, band_test, health_params, input_health,
+from lib.analysis.health import (HealthAccumulator, HealthParams, band_mass, band_test, input_health,
                                  teacher_forced, uniform_band_expectation, with_local_layers)
-from lib.analysis.pipeline import analysis_params, choose_samples
+from lib.analysis.pipeline import choose_samples
 from lib.data.dataset import Batch
 from lib.model.s2t_transformer import S2TTransformer, model_config
-from lib.params import ParamError
-from tests.analysis.test_stages import ANALYSIS, N_LAYERS, PAIR, _is_png, _run_stage, layout, one_thread  # noqa: F401
+from lib.params import ParamError, parse_section
+from tests.analysis.test_stages import ANALYSIS, analysis_params, N_LAYERS, PAIR, _is_png, _run_stage, layout, one_thread  # noqa: F401
 
 
 def test_uniform_band_expectation_closed_form():
@@ -111,7 +111,7 @@ def test_accumulator_result_and_algorithm1_windows(layout):
     from lib.data.dataset import SpeechDataset
 
     ds = SpeechDataset(layout / "data" / "prepared" / PAIR, "train", "asr")
-    model, _ = load_model(layout / "runs" / "st" / PAIR / "seed1" / "model.pt")
+    model, _ = load_model(layout / "runs" / "baseline" / PAIR / "seed1" / "model.pt")
     idx = choose_samples(len(ds), ap.window_samples, ap.seed)
     acc = HealthAccumulator(N_LAYERS, model.cfg.n_heads, select_kwargs=ap.select_kwargs(), threshold=ap.threshold)
     for i in idx:
@@ -151,9 +151,13 @@ def test_health_stage_end_to_end(layout, monkeypatch):
         assert _is_png(layout / "plots" / "health" / PAIR / f"{role}.png")
 
 
+def health_params(data: dict) -> HealthParams:
+    return parse_section(HealthParams, data["health"], "health")
+
+
 def test_health_params_name_the_key():
-    with pytest.raises(ParamError, match="health: missing"):
-        health_params({})
+    with pytest.raises(ParamError, match="health.samples: missing"):
+        health_params({"health": {}})
     good = {"samples": 5, "band_split": "dev", "band_windows": [1, 3], "head_threshold": 2.0}
     assert health_params({"health": good}) == HealthParams(5, "dev", [1, 3], 2.0)
     with pytest.raises(ParamError, match=r"health\.band_windows\[1\]"):

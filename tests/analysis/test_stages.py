@@ -18,12 +18,12 @@ import yaml
 
 from lib.analysis.contributions import contributions
 from lib.analysis.extract import contribution_matrices, layer_tensors, load_model
-from lib.analysis.pipeline import PairPaths, analysis_params, choose_samples, select_windows_pair
+from lib.analysis.pipeline import PairPaths, choose_samples, select_windows_pair
 from lib.analysis.windows import window_table_from_matrices
 from lib.data.dataset import SpeechDataset
-from lib.data.prepare import PrepareConfig, prepare_pair
+from lib.data.prepare import prepare_pair
 from lib.model.s2t_transformer import S2TTransformer, model_config
-from lib.params import ParamError
+from lib.params import AnalysisParams, ParamError, PrepareParams, parse_section
 from lib.train import checkpoint as ckpt
 from tests.corpus_factory import make_corpus, talk
 
@@ -68,9 +68,9 @@ def layout(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("analysis_repo")
     _make_corpus(root / "mustc")
     prepare_pair(root / "mustc", PAIR, root / "data" / "prepared" / PAIR,
-                 PrepareConfig(workers=1, asr_vocab_size=40, st_vocab_size=40), progress=False)
+                 PrepareParams(workers=1, asr_vocab_size=40, st_vocab_size=40), progress=False)
     _save_model(root / "runs" / "asr" / PAIR / "model.pt", 1, "asr")
-    _save_model(root / "runs" / "st" / PAIR / "seed1" / "model.pt", 2, "st")
+    _save_model(root / "runs" / "baseline" / PAIR / "seed1" / "model.pt", 2, "st")
     params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
     params["data"]["prepared_dir"] = "data/prepared"
     params["analysis"] = dict(ANALYSIS)
@@ -134,7 +134,7 @@ def test_analyze_metrics(analyzed):
         assert sorted(layers) == [f"l{i:02d}" for i in range(1, N_LAYERS + 1)]
         for v in layers.values():
             assert 0.0 < v["ccd_mean"] <= 1.0 and v["ccd_std"] >= 0.0 and 0.0 < v["diag_share"] <= 1.0
-        assert metrics[role]["model"] == ("runs/asr/en-de/model.pt" if role == "asr" else "runs/st/en-de/seed1/model.pt")
+        assert metrics[role]["model"] == ("runs/asr/en-de/model.pt" if role == "asr" else "runs/baseline/en-de/seed1/model.pt")
     assert metrics["asr"]["layers"] != metrics["st"]["layers"]  # two different models
 
 
@@ -158,7 +158,7 @@ def test_transparency_npz_matches_the_model(analyzed):
     """The saved tensors are the model's: re-running it gives the same C (and C from the npz)."""
     out = analyzed / "data" / "analysis" / PAIR / "transparency"
     path = sorted(out.glob("*.st.npz"))[0]
-    model, _ = load_model(analyzed / "runs" / "st" / PAIR / "seed1" / "model.pt")
+    model, _ = load_model(analyzed / "runs" / "baseline" / PAIR / "seed1" / "model.pt")
     with np.load(path) as z:
         mats = contribution_matrices(model, torch.from_numpy(z["feats"]))
         for li in range(N_LAYERS):
@@ -218,7 +218,7 @@ def test_streaming_table_equals_the_table_from_all_matrices(windowed):
     ap = analysis_params({"analysis": ANALYSIS})
     prepared = windowed / "data" / "prepared" / PAIR
     ds = SpeechDataset(prepared, "train", "asr")
-    model, _ = load_model(windowed / "runs" / "st" / PAIR / "seed1" / "model.pt")
+    model, _ = load_model(windowed / "runs" / "baseline" / PAIR / "seed1" / "model.pt")
     mats = [contribution_matrices(model, ds.features(i)) for i in choose_samples(len(ds), 8, ap.seed)]
     ref = window_table_from_matrices([[m[li] for m in mats] for li in range(N_LAYERS)], ap.threshold,
                                      full_layers=ap.full_layers, **ap.select_kwargs())
@@ -234,14 +234,14 @@ def test_streaming_table_equals_the_table_from_all_matrices(windowed):
 
 def test_missing_st_model_names_the_producing_stage(layout, tmp_path):
     paths = PairPaths.build(layout, PAIR, "data/prepared", 3)
-    with pytest.raises(FileNotFoundError, match=r"runs/st/en-de/seed3/model.pt.*train_st"):
+    with pytest.raises(FileNotFoundError, match=r"runs/baseline/en-de/seed3/model.pt.*train_baseline"):
         select_windows_pair(paths, analysis_params({"analysis": ANALYSIS}), progress=False)
 
 
 def test_analyze_missing_asr_model_fails_before_any_work(layout, tmp_path):
     from lib.analysis.pipeline import analyze_pair
 
-    paths = PairPaths.build(tmp_path, PAIR, "prep", 1, st_model=layout / "runs" / "st" / PAIR / "seed1" / "model.pt")
+    paths = PairPaths.build(tmp_path, PAIR, "prep", 1, st_model=layout / "runs" / "baseline" / PAIR / "seed1" / "model.pt")
     (tmp_path / "prep").symlink_to(layout / "data" / "prepared")
     with pytest.raises(FileNotFoundError, match=r"runs/asr/en-de/model.pt.*train_asr"):
         analyze_pair(paths, analysis_params({"analysis": ANALYSIS}), progress=False)
@@ -254,9 +254,13 @@ def test_missing_prepared_split_names_the_prepare_stage(layout):
         select_windows_pair(PairPaths.build(layout, PAIR, "data/prepared", 1), ap, progress=False)
 
 
+def analysis_params(data: dict) -> AnalysisParams:
+    return parse_section(AnalysisParams, data["analysis"], "analysis")
+
+
 def test_analysis_params_are_validated():
-    with pytest.raises(ParamError, match="analysis: missing"):
-        analysis_params({})
+    with pytest.raises(ParamError, match="analysis.st_seed: missing"):
+        analysis_params({"analysis": {k: v for k, v in ANALYSIS.items() if k != "st_seed"}})
     with pytest.raises(ParamError, match=r"analysis\.width_rule"):
         analysis_params({"analysis": {**ANALYSIS, "width_rule": "3i"}})
     with pytest.raises(ParamError, match=r"analysis\.figure_sample"):

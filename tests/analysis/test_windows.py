@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from lib.analysis.windows import (
-    PAPER_TABLES,
     ccd,
     contribution_loss,
     diagonal_means,
@@ -20,6 +19,7 @@ from lib.analysis.windows import (
     window_table,
     window_table_from_matrices,
 )
+from lib.paper import WINDOW_TABLES
 
 
 def toeplitz(n: int, values: dict[int, float], default: float = 0.0) -> torch.Tensor:
@@ -241,10 +241,10 @@ def test_window_from_lengths_examples():
         window_from_lengths([])
 
 
-@pytest.mark.parametrize("pair", sorted(PAPER_TABLES))
+@pytest.mark.parametrize("pair", sorted(WINDOW_TABLES))
 def test_paper_tables_windows_reproduced(pair):
     """⌈μ + σ⌉-then-odd reproduces every printed w of Tables 1 (En-De), 3 (En-Es), 4 (En-It)."""
-    for layer, mu, sigma, w, _, _ in PAPER_TABLES[pair]:
+    for layer, mu, sigma, w, _, _ in WINDOW_TABLES[pair]:
         assert window_size(mu, sigma) == w, (pair, layer)
 
 
@@ -262,14 +262,14 @@ def test_paper_tables_imply_even_per_sentence_widths():
     even = list(range(0, 200, 2))
     slack = 0.005 + 0.01  # printed rounding, and σ population vs sample
     odd_violations = []
-    for pair, rows in PAPER_TABLES.items():
+    for pair, rows in WINDOW_TABLES.items():
         for layer, mu, sigma, *_ in rows:
             assert sigma + slack >= _min_std_on_lattice(mu, even), (pair, layer)
             if sigma + slack < _min_std_on_lattice(mu, odd):
                 odd_violations.append((pair, layer))
     assert ("en-de", 5) in odd_violations and ("en-it", 4) in odd_violations
     # μ < 1 in En-De layer 3 rules out a main diagonal that always counts (w >= 1)
-    assert PAPER_TABLES["en-de"][2][1] < 1
+    assert WINDOW_TABLES["en-de"][2][1] < 1
 
 
 def test_simulated_sentence_lengths_reproduce_layer_window():

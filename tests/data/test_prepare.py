@@ -10,7 +10,9 @@ import pytest
 import lib.data.prepare as prep
 from lib.data.features import fbank
 from lib.data.mustc import CorpusError, load_talk
-from lib.data.prepare import MANIFEST_COLUMNS, PrepareConfig, prepare_pair, read_manifest
+from lib.data.manifest import MANIFEST_COLUMNS, read_manifest
+from lib.data.prepare import prepare_pair
+from lib.params import PrepareParams
 from lib.data.store import read_features
 from lib.data.vocab import load_sentencepiece
 
@@ -46,7 +48,7 @@ def planted(tmp_path: Path, corpus_builder, spec_factory, talk_factory) -> Path:
 
 def test_end_to_end(planted: Path, tmp_path: Path) -> None:
     out = tmp_path / "prepared" / "en-de"
-    report = prepare_pair(planted, "en-de", out, PrepareConfig(workers=1, **CFG), progress=False)
+    report = prepare_pair(planted, "en-de", out, PrepareParams(workers=1, **CFG), progress=False)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["report.json", "spm_asr.model", "spm_st.model"]
         + [f"{s}.{ext}" for s in ("train", "dev", "tst-COMMON") for ext in ("tsv", "fbank.npy")])
@@ -92,7 +94,7 @@ def test_workers_byte_identical(planted: Path, tmp_path: Path) -> None:
     outs = []
     for w in (1, 2):
         out = tmp_path / f"w{w}"
-        prepare_pair(planted, "en-de", out, PrepareConfig(workers=w, **CFG), progress=False)
+        prepare_pair(planted, "en-de", out, PrepareParams(workers=w, **CFG), progress=False)
         outs.append(out)
     names = sorted(p.name for p in outs[0].iterdir())
     assert names == sorted(p.name for p in outs[1].iterdir())
@@ -108,7 +110,7 @@ def test_bad_corpus_leaves_no_out_dir(planted: Path, tmp_path: Path) -> None:
     (planted / "en-de" / "data" / "dev" / "wav" / "ted_5.wav").write_bytes(b"\0garbage" * 100)
     out = tmp_path / "prepared" / "en-de"
     with pytest.raises(CorpusError, match="ted_5.wav"):
-        prepare_pair(planted, "en-de", out, PrepareConfig(workers=2, **CFG), progress=False)
+        prepare_pair(planted, "en-de", out, PrepareParams(workers=2, **CFG), progress=False)
     assert not out.exists()
     assert not (tmp_path / "prepared").exists() or _leftovers(tmp_path / "prepared") == []
 
@@ -116,7 +118,7 @@ def test_bad_corpus_leaves_no_out_dir(planted: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("where,workers", [("validation", 1), ("extraction", 1), ("extraction", 2)])
 def test_failure_keeps_existing_out_dir(planted: Path, tmp_path: Path, monkeypatch, where: str, workers: int) -> None:
     out = tmp_path / "prepared" / "en-de"
-    prepare_pair(planted, "en-de", out, PrepareConfig(workers=1, **CFG), progress=False)
+    prepare_pair(planted, "en-de", out, PrepareParams(workers=1, **CFG), progress=False)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     wav = planted / "en-de" / "data" / "tst-COMMON" / "wav" / "ted_6.wav"
     if where == "validation":
@@ -138,7 +140,7 @@ def test_failure_keeps_existing_out_dir(planted: Path, tmp_path: Path, monkeypat
         monkeypatch.setattr(prep, "load_talk", failing)
     match = "past the end of .*ted_6.wav" if where == "validation" else "ted_6.wav: simulated"
     with pytest.raises(CorpusError, match=match):
-        prepare_pair(planted, "en-de", out, PrepareConfig(workers=workers, **CFG), progress=False)
+        prepare_pair(planted, "en-de", out, PrepareParams(workers=workers, **CFG), progress=False)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert _leftovers(tmp_path / "prepared") == []
 
@@ -149,7 +151,7 @@ def test_segment_past_end_fails_before_work(planted: Path, tmp_path: Path) -> No
     lines[1] = lines[1].replace("offset: ", "offset: 10")  # 10x.xx s into a ~6 s talk
     y.write_text("\n".join(lines))
     with pytest.raises(CorpusError) as e:
-        prepare_pair(planted, "en-de", tmp_path / "o", PrepareConfig(workers=1, **CFG), progress=False)
+        prepare_pair(planted, "en-de", tmp_path / "o", PrepareParams(workers=1, **CFG), progress=False)
     assert "dev.yaml" in str(e.value) and "entry 1" in str(e.value) and "ted_5.wav" in str(e.value)
     assert not (tmp_path / "o").exists()
 
@@ -159,7 +161,7 @@ def test_8khz_talk_in_corpus(planted: Path, tmp_path: Path, audio_factory) -> No
     wav = planted / "en-de" / "data" / "train" / "wav" / "ted_2.wav"
     sf.write(wav, audio_factory(10.0, 0, sample_rate=8000), 8000, subtype="PCM_16")
     with pytest.raises(CorpusError, match=r"ted_2\.wav.*8000"):
-        prepare_pair(planted, "en-de", tmp_path / "o", PrepareConfig(workers=1, **CFG), progress=False)
+        prepare_pair(planted, "en-de", tmp_path / "o", PrepareParams(workers=1, **CFG), progress=False)
 
 
 def test_tab_in_text_is_an_error(planted: Path, tmp_path: Path) -> None:
@@ -168,20 +170,20 @@ def test_tab_in_text_is_an_error(planted: Path, tmp_path: Path) -> None:
     lines[4] = lines[4].replace(" ", "\t", 1)
     p.write_text("\n".join(lines), encoding="utf-8")
     with pytest.raises(CorpusError, match=r"train\.de:5"):
-        prepare_pair(planted, "en-de", tmp_path / "o", PrepareConfig(workers=1, **CFG), progress=False)
+        prepare_pair(planted, "en-de", tmp_path / "o", PrepareParams(workers=1, **CFG), progress=False)
 
 
 def test_config_validation(planted: Path, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="train_split"):
-        prepare_pair(planted, "en-de", tmp_path / "o", PrepareConfig(splits=("dev",), **CFG), progress=False)
+    with pytest.raises(ValueError, match="prepare.splits: must include 'train'"):
+        prepare_pair(planted, "en-de", tmp_path / "o", PrepareParams(splits=("dev",), **CFG), progress=False)
 
 
 @pytest.mark.slow
 def test_spawn_start_method_gives_same_bytes(planted: Path, tmp_path: Path, monkeypatch) -> None:
     """Workers get everything through their task arguments: spawn (no inherited state) works too."""
-    prepare_pair(planted, "en-de", tmp_path / "w1", PrepareConfig(workers=1, **CFG), progress=False)
+    prepare_pair(planted, "en-de", tmp_path / "w1", PrepareParams(workers=1, **CFG), progress=False)
     monkeypatch.setattr(prep, "_start_method", lambda: "spawn")
-    prepare_pair(planted, "en-de", tmp_path / "sp", PrepareConfig(workers=2, **CFG), progress=False)
+    prepare_pair(planted, "en-de", tmp_path / "sp", PrepareParams(workers=2, **CFG), progress=False)
     for p in (tmp_path / "w1").iterdir():
         assert p.read_bytes() == (tmp_path / "sp" / p.name).read_bytes(), p.name
 

@@ -17,7 +17,7 @@ def _write(root: Path, folder: str, pair: str, seed: int, bleu: float, chrf: flo
 
 def test_table2_mean_std_and_flat_summary(tmp_path: Path) -> None:
     for seed, (b, c) in zip([1, 2, 3], [(20.0, 50.0), (22.0, 52.0), (24.0, 54.0)]):
-        _write(tmp_path, "st", "en-de", seed, b, c)
+        _write(tmp_path, "baseline", "en-de", seed, b, c)
         _write(tmp_path, "local", "en-de", seed, b - 1, c - 1)
     base = load_scores(tmp_path, "en-de", "baseline", [1, 2, 3])
     local = load_scores(tmp_path, "en-de", "local", [1, 2, 3])
@@ -47,7 +47,7 @@ def test_spearman_hand_cases() -> None:
 
 def test_paper_comparison_reads_health_and_scores(tmp_path: Path) -> None:
     for seed, b in zip([1, 2], [20.0, 22.0]):
-        _write(tmp_path, "st", "en-de", seed, b, 50.0)
+        _write(tmp_path, "baseline", "en-de", seed, b, 50.0)
         _write(tmp_path, "local", "en-de", seed, b - 1.5, 49.0)
     scores = [load_scores(tmp_path, "en-de", s, [1, 2]) for s in ("baseline", "local")]
     health = tmp_path / "metrics" / "health" / "en-de" / "st.json"
@@ -58,3 +58,22 @@ def test_paper_comparison_reads_health_and_scores(tmp_path: Path) -> None:
     health.unlink()
     with pytest.raises(FileNotFoundError, match="health_st"):
         paper_comparison_markdown(tmp_path, scores, {})
+
+
+def test_significance_reads_the_decoded_test_sets(tmp_path: Path) -> None:
+    """The report's paired bootstrap reads data/decoded/<system>/<pair>/seed<k>/ (small outputs),
+    never the run folders with the models; refs that differ between the systems are refused."""
+    from lib.layout import RunPaths
+    from lib.report.tables import significance
+
+    refs = [f"das ist satz nummer {i}" for i in range(30)]
+    for system, hyps in (("baseline", refs), ("local", [r if i % 3 else "x" for i, r in enumerate(refs)])):
+        run = RunPaths(tmp_path, system, "en-de", 1)
+        run.decoded.mkdir(parents=True)
+        run.hyps().write_text("".join(h + "\n" for h in hyps))
+        run.refs().write_text("".join(r + "\n" for r in refs))
+    (res,) = significance(tmp_path, "en-de", [1], n_samples=200)
+    assert res["seed"] == 1 and res["p_value"] < 0.05
+    RunPaths(tmp_path, "local", "en-de", 1).refs().write_text("".join(r + "!\n" for r in refs))
+    with pytest.raises(ValueError, match="not decoded on the same test set"):
+        significance(tmp_path, "en-de", [1], n_samples=200)

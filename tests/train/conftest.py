@@ -14,7 +14,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import _driver` from the tests
 
-from lib.data.prepare import PrepareConfig, prepare_pair  # noqa: E402
+from lib.data.prepare import prepare_pair  # noqa: E402
+from lib.params import PrepareParams  # noqa: E402
 from tests.corpus_factory import default_spec, make_corpus  # noqa: E402
 
 PAIR = "en-de"
@@ -26,7 +27,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("train_data")
     make_corpus(root / "mustc", default_spec(), pair=PAIR)
     out = root / "prepared" / PAIR
-    prepare_pair(root / "mustc", PAIR, out, PrepareConfig(workers=1, asr_vocab_size=40, st_vocab_size=40),
+    prepare_pair(root / "mustc", PAIR, out, PrepareParams(workers=1, asr_vocab_size=40, st_vocab_size=40),
                  progress=False)
     return out
 

@@ -1,4 +1,5 @@
-"""lib/train/loop.py: determinism, exact resume after a hard kill, stale checkpoints, NaN guard."""
+"""lib/train/loop.py: determinism, exact resume after a hard kill, one resume decision (last.pt loaded
+once), stale checkpoints, NaN guard."""
 from __future__ import annotations
 
 import json
@@ -200,6 +201,99 @@ def test_last_pt_of_another_config_is_moved_aside(prepared: Path, tmp_path: Path
     snaps = sorted(p.name for p in (out / "checkpoints/snapshots").glob("*.pt"))
     assert snaps == ["update_0000002.pt"]
     assert ckpt.load(out / "checkpoints/avg_last_k.pt")["updates"] == [2]
+
+
+def test_only_the_newest_stale_last_pt_is_kept(prepared: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Two config changes in a row: each mismatching last.pt is moved aside, the older stale file
+    is removed, so one ``last.stale-*.pt`` remains (the most recent config's)."""
+    out, ckpt_dir = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    short = {"max_updates": 1, "save_every": 1, "eval_every": 1}
+    fps = []
+    for lr in (2e-3, 1e-3, 5e-4):
+        _, summary = _driver.run_training(prepared, out, train_overrides={**short, "lr": lr})
+        fps.append(summary["fingerprint"])
+    assert len(set(fps)) == 3
+    log = capsys.readouterr().out
+    assert log.count("NOT resuming") == 2 and "resumed from" not in log
+    assert f"moved it to last.stale-{fps[1]}.pt (removed the older last.stale-{fps[0]}.pt)" in log
+    assert sorted(p.name for p in ckpt_dir.glob("last.stale-*.pt")) == [f"last.stale-{fps[1]}.pt"]
+    assert ckpt.load(ckpt_dir / f"last.stale-{fps[1]}.pt")["config"]["train"]["lr"] == 1e-3
+    assert ckpt.load(ckpt_dir / "last.pt")["fingerprint"] == fps[2]
+
+    # decide_resume alone: a mismatch moves last.pt aside (replacing the stale file) and says start afresh
+    from lib.train.loop import decide_resume
+
+    messages: list[str] = []
+    resume = decide_resume(ckpt_dir, _driver.train_config(**short, lr=1e-4), _driver.build(prepared)[3],
+                           messages.append)
+    assert resume.state is None and len(messages) == 1 and "NOT resuming" in messages[0]
+    assert not (ckpt_dir / "last.pt").exists()
+    assert sorted(p.name for p in ckpt_dir.glob("last.stale-*.pt")) == [f"last.stale-{fps[2]}.pt"]
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def _count_last_pt_loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Make ``ckpt.load`` (as loop.py and run.py call it) record each load of a ``last.pt``."""
+    real_load, loads = ckpt.load, []
+
+    def load(path, *args, **kwargs):  # noqa: ANN001, ANN202
+        if Path(path).name == "last.pt":
+            loads.append(Path(path))
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "load", load)
+    return loads
+
+
+def test_resumed_train_loads_last_pt_once(prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A run stopped during update 3 (last.pt of update 2) and restarted decides its resume once:
+    one fingerprint, one load of last.pt, whether train() decides or is handed the decision."""
+    import lib.train.loop as loop
+
+    overrides = {"max_updates": 4, "save_every": 2, "eval_every": 2}
+    real_lr = loop.inverse_sqrt_lr
+
+    def lr(update: int, *args, **kwargs) -> float:
+        if update == 2:  # the lr of update 3
+            raise _Interrupt
+        return real_lr(update, *args, **kwargs)
+
+    for out in (tmp_path / "a", tmp_path / "b"):
+        monkeypatch.setattr(loop, "inverse_sqrt_lr", lr)
+        with pytest.raises(_Interrupt):
+            _driver.run_training(prepared, out, train_overrides=overrides)
+        monkeypatch.undo()
+    fingerprints: list[dict] = []
+    real_fingerprint = ckpt.fingerprint
+    monkeypatch.setattr(ckpt, "fingerprint", lambda config: fingerprints.append(config) or real_fingerprint(config))
+    loads = _count_last_pt_loads(monkeypatch)
+    capsys.readouterr()
+
+    _, summary = _driver.run_training(prepared, tmp_path / "a", train_overrides=overrides)  # train() decides
+    assert f"resumed from {tmp_path / 'a/checkpoints/last.pt'} at update 2" in capsys.readouterr().out
+    assert summary["updates"] == 4
+    assert loads == [tmp_path / "a/checkpoints/last.pt"] and len(fingerprints) == 1
+
+    # handed a decision, train() neither loads last.pt nor computes the fingerprint
+    loads.clear()
+    fingerprints.clear()
+    cfg = _driver.train_config(**overrides)
+    net, train_ds, dev_ds, run_config = _driver.build(prepared)
+    resume = loop.decide_resume(tmp_path / "b/checkpoints", cfg, run_config)
+    assert resume.state is not None and resume.state["run_state"]["update"] == 2
+    assert len(loads) == 1 and len(fingerprints) == 1
+    summary_b = loop.train(net, cfg, train_ds, dev_ds, tmp_path / "b", run_config=run_config, progress=False,
+                           resume=resume)
+    assert len(loads) == 1 and len(fingerprints) == 1
+    assert summary_b["history"] == summary["history"] and summary_b["fingerprint"] == resume.fingerprint
+    with pytest.raises(ValueError, match="another config"):  # a decision made for another config
+        loop.train(net, _driver.train_config(**{**overrides, "lr": 1e-3}), train_ds, dev_ds, tmp_path / "b",
+                   run_config=run_config, progress=False, resume=resume)
 
 
 # ----------------------------------------------------------------------------- non-finite loss

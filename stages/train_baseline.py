@@ -1,7 +1,7 @@
-"""Stage `train_st`: the ST baseline for one pair and seed, encoder initialised from that pair's
-ASR model, fresh decoder; then BLEU and chrF on tst-COMMON. Resumable like train_asr.
+"""Stage `train_baseline`: the ST baseline (full attention) for one pair and seed, encoder initialised
+from that pair's ASR model; then BLEU and chrF on tst-COMMON. Resumable like train_asr.
 
-    python stages/train_st.py en-de 1
+    python stages/train_baseline.py en-de 1
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def main() -> None:
     args = ap.parse_args()
     p = stage_params(args.pair)
     init_distributed()
-    metrics = run(spec_from_params(p, ROOT, "st", args.pair, args.seed))
+    metrics = run(spec_from_params(p, ROOT, "baseline", args.pair, args.seed))
     if metrics:
         print(json.dumps(metrics))
 

@@ -2,9 +2,12 @@
 
 The paper (Alastruey et al., 2022, Sec. 4) only argues that local attention lowers the
 complexity of a layer from O(n^2) to O(n * w); ``benchmarks/encoder_efficiency.py``
-measures it.  This module holds everything of that benchmark that is not timing: the
-FLOP model the measured speedups are compared with, the flat ``metrics/efficiency.json``,
-the Markdown table ``metrics/efficiency.md``, the plot and the ``efficiency`` params.
+measures it.  This module, next to it, holds everything of that benchmark that is not
+timing: the FLOP model the measured speedups are compared with, the flat
+``metrics/efficiency.json``, the Markdown table ``metrics/efficiency.md`` and the plot.
+The benchmark's ``efficiency`` params are typed in ``lib/params.py`` (``EfficiencyParams``).
+Not a pipeline dependency: import it as ``from benchmarks import efficiency_report``
+(with the repository root on ``sys.path``).
 
 FLOP model (multiply-adds, per sequence; batch size and heads cancel in every ratio)
 ------------------------------------------------------------------------------------
@@ -42,18 +45,15 @@ from __future__ import annotations
 
 import io
 import math
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 __all__ = [
     "PAPER_EN_DE_WINDOWS",
     "OP_METHODS",
-    "EfficiencyParams",
     "EncoderDims",
     "attention_keys",
-    "efficiency_params",
     "elementwise_ops",
     "encoder_macs",
     "encoder_speedup_bound",
@@ -72,9 +72,8 @@ __all__ = [
     "write_outputs",
 ]
 
-#: The paper's En-De windows of layers 4-12 (Table 1); layers 1-3 keep full attention.
-PAPER_EN_DE_WINDOWS: tuple[int, ...] = (5, 5, 9, 13, 11, 15, 19, 17, 21)
-PAPER_FULL_LAYERS = 3
+from lib.paper import EN_DE_WINDOWS as PAPER_EN_DE_WINDOWS  # noqa: E402 (the paper's Table 1, layers 4-12)
+from lib.paper import FULL_LAYERS as PAPER_FULL_LAYERS  # noqa: E402
 #: Attention-op methods of benchmarks/local_attention.py, in table order.
 OP_METHODS = ("sdpa", "sdpa_band", "material", "local")
 OP_LABELS = {"sdpa": "full SDPA", "sdpa_band": "band-masked SDPA", "material": "materialised scores",
@@ -209,38 +208,6 @@ def op_score_fraction(n: int, w: int) -> float:
 def op_score_fraction_impl(n: int, w: int) -> float:
     """Fraction actually computed by the blocked kernel: (blk + w - 1) / N (1 when it uses SDPA)."""
     return min(1.0, attention_keys({"type": "local", "window": w}, n, implementation=True) / n)
-
-
-# ----------------------------------------------------------------------------------------------- params
-
-
-@dataclass(frozen=True)
-class EfficiencyParams:
-    """``efficiency`` section of params.yaml (optional: these defaults apply when it is absent)."""
-
-    pair: str = "en-de"  # own windows from data/windows/<pair>/windows.json
-    lengths: list[int] = field(default_factory=lambda: [166, 512, 1052])
-    op_windows: list[int] = field(default_factory=lambda: [5, 13, 25])
-    op_reps: int = 7
-    encoder_reps: int = 5
-    quick: bool = False  # few reps, N in {166, 512}, op w = 13 only
-
-    def validate(self, prefix: str) -> None:
-        if not re.match(r"^en-[a-z]{2}$", self.pair):
-            raise ValueError(f"{prefix}.pair: expected a pair like 'en-de', got {self.pair!r}")
-        if not self.lengths or any(n < 1 for n in self.lengths):
-            raise ValueError(f"{prefix}.lengths: expected positive integers, got {self.lengths}")
-        if not self.op_windows or any(w < 1 or w % 2 == 0 for w in self.op_windows):
-            raise ValueError(f"{prefix}.op_windows: expected positive odd integers, got {self.op_windows}")
-        if self.op_reps < 1 or self.encoder_reps < 1:
-            raise ValueError(f"{prefix}: op_reps and encoder_reps must be >= 1")
-
-
-def efficiency_params(extra: Mapping[str, Any]) -> EfficiencyParams:
-    """Parse ``extra["efficiency"]`` (``Params.extra``); defaults when the section is absent."""
-    from lib.params import parse_section
-
-    return parse_section(EfficiencyParams, extra.get("efficiency", {}) or {}, "efficiency")
 
 
 # ----------------------------------------------------------------------------------------------- metrics

@@ -1,4 +1,5 @@
-"""Fast tests of lib/report/efficiency.py: the FLOP model, params, metrics, Markdown and plot.
+"""Fast tests of benchmarks/efficiency_report.py (the FLOP model, metrics, Markdown and plot) and
+of the benchmark's ``efficiency`` params (lib.params.EfficiencyParams).
 
 No timing is run or asserted here; the benchmark results are synthetic dicts of the shape that
 benchmarks/encoder_efficiency.py returns.
@@ -10,9 +11,11 @@ import math
 
 import pytest
 
+import yaml
+
+from benchmarks import efficiency_report as eff
 from lib.model.local_attention import choose_block_size
-from lib.params import ParamError
-from lib.report import efficiency as eff
+from lib.params import EfficiencyParams, ParamError, parse_section
 
 D, F = 256, 2048
 DIMS = eff.EncoderDims(D, F, 4)
@@ -87,7 +90,7 @@ def test_op_score_fractions() -> None:
 
 
 def test_paper_windows_match_table1_and_spec() -> None:
-    from lib.analysis.windows import PAPER_TABLES
+    from lib.paper import WINDOW_TABLES as PAPER_TABLES
 
     assert eff.PAPER_EN_DE_WINDOWS == tuple(r[3] for r in PAPER_TABLES["en-de"][3:])
     spec = eff.paper_spec()
@@ -114,17 +117,54 @@ def test_load_windows_json(tmp_path) -> None:
 # ----------------------------------------------------------------------------------------------- params
 
 
+def _efficiency(data: dict) -> EfficiencyParams:
+    return parse_section(EfficiencyParams, data, "efficiency")
+
+
 def test_params_defaults_and_validation() -> None:
-    p = eff.efficiency_params({})
+    p = _efficiency({})
+    assert p == EfficiencyParams()
     assert p.lengths == [166, 512, 1052] and p.op_windows == [5, 13, 25] and not p.quick
-    p = eff.efficiency_params({"efficiency": {"quick": True, "lengths": [64]}})
+    p = _efficiency({"quick": True, "lengths": [64]})
     assert p.quick and p.lengths == [64] and p.pair == "en-de"
     with pytest.raises(ParamError, match="efficiency.op_windows"):
-        eff.efficiency_params({"efficiency": {"op_windows": [4]}})
+        _efficiency({"op_windows": [4]})
     with pytest.raises(ParamError, match="efficiency.reps"):
-        eff.efficiency_params({"efficiency": {"reps": 3}})
+        _efficiency({"reps": 3})
     with pytest.raises(ParamError, match="efficiency.lengths"):
-        eff.efficiency_params({"efficiency": {"lengths": "166"}})
+        _efficiency({"lengths": "166"})
+    with pytest.raises(ParamError, match="efficiency.pair"):
+        _efficiency({"pair": "de-en"})
+
+
+def test_benchmark_settings_from_params_and_cli(tmp_path) -> None:
+    """encoder_efficiency.py reads ``load_params(...).efficiency``; options given override it."""
+    import argparse
+
+    from benchmarks import encoder_efficiency as bench
+    from lib.params import load_params
+
+    root_params = bench.ROOT / "params.yaml"
+    raw = yaml.safe_load(root_params.read_text(encoding="utf-8"))
+    raw.pop("efficiency", None)
+    absent = tmp_path / "absent.yaml"
+    absent.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert load_params(absent).efficiency == EfficiencyParams()
+
+    raw["efficiency"] = {"quick": True, "lengths": [64, 128], "op_reps": 2}
+    given = tmp_path / "params.yaml"
+    given.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    none = argparse.Namespace(pair=None, ns=None, op_windows=None, op_reps=None, encoder_reps=None, quick=None)
+    s = bench.settings(none, given)
+    assert s == EfficiencyParams(quick=True, lengths=[64, 128], op_reps=2)
+    cli = argparse.Namespace(**{**vars(none), "ns": [32], "quick": False, "pair": "en-es"})
+    s = bench.settings(cli, given)
+    assert s.lengths == [32] and s.quick is False and s.pair == "en-es" and s.op_reps == 2
+
+    raw["efficiency"] = {"op_windows": [4]}
+    given.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(ParamError, match="efficiency.op_windows"):
+        bench.settings(none, given)
 
 
 # ----------------------------------------------------------------------------------------------- metrics

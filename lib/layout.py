@@ -1,0 +1,154 @@
+"""Where every pipeline output lives: the one place the code spells the layout.
+
+dvc.yaml spells the same paths for DVC (it cannot import Python); ``tests/test_dvc_graph.py``
+checks that the two agree stage by stage. Paths are relative to the repository root.
+
+Systems (one name each, in paths, metrics keys and the report):
+
+    asr_shared  the one English ASR model of ``asr.mode: shared``        runs/asr_shared
+    asr         the ASR model that initialises a pair's ST encoder       runs/asr/<pair>
+    baseline    the ST model with full attention (the paper's baseline)  runs/baseline/<pair>/seed<k>
+    asr_local   the ASR model the local-attention system starts from     runs/asr_local/<pair>
+    local       the ST model with local attention in layers k+1..L       runs/local/<pair>/seed<k>
+
+Per training run (``<run>`` = the path after ``runs/`` above):
+
+    runs/<run>/model.pt                       final model (DVC output, cached)
+    runs/<run>/timing.json                    wall times of the invocation that trained it (a cached
+                                              output: an uncached plain output would keep DVC from
+                                              saving the stage to its run-cache)
+    runs/<run>/checkpoints/, runs/<run>/live/ resume state and live dvclive logs: NOT DVC outputs
+                                              (so DVC neither caches nor deletes them; a killed
+                                              stage resumes from them, and the run-cache applies)
+    data/decoded/<run>/hyps.tst-COMMON.txt    test hypotheses and references: small outputs that
+    data/decoded/<run>/refs.tst-COMMON.txt    the report reads (it never depends on runs/)
+    metrics/<run>.json                        test metrics (``metrics/asr_shared.json`` for the shared model)
+    plots/train/<run>/                        training curves (dvclive tsv, copied at the end of the run)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["ASR_SYSTEMS", "ST_SYSTEMS", "SYSTEMS", "TEST_SPLIT", "RunPaths", "analysis_dir", "analysis_metrics",
+           "analysis_plots", "health_data", "health_metrics", "health_plot", "run_name", "run_paths",
+           "windows_dir", "windows_json", "windows_metrics", "corpus_metrics", "corpus_plots", "REPORT", "SUMMARY",
+           "EFFICIENCY_MD"]
+
+ASR_SYSTEMS = ("asr_shared", "asr", "asr_local")
+ST_SYSTEMS = ("baseline", "local")
+SYSTEMS = ASR_SYSTEMS + ST_SYSTEMS
+TEST_SPLIT = "tst-COMMON"
+
+REPORT = Path("reports/report.md")
+SUMMARY = Path("metrics/summary.json")
+EFFICIENCY_MD = Path("metrics/efficiency.md")  # written by benchmarks/encoder_efficiency.py
+
+
+def run_name(system: str, pair: str | None = None, seed: int | None = None) -> str:
+    """``asr_shared`` | ``<system>/<pair>`` (ASR) | ``<system>/<pair>/seed<k>`` (ST); ValueError
+    naming what is missing or unknown."""
+    if system not in SYSTEMS:
+        raise ValueError(f"unknown system {system!r}; known: {list(SYSTEMS)}")
+    if system == "asr_shared":
+        return system
+    if pair is None:
+        raise ValueError(f"system {system!r} needs a pair")
+    if system in ASR_SYSTEMS:
+        return f"{system}/{pair}"
+    if seed is None:
+        raise ValueError(f"system {system!r} needs a seed")
+    return f"{system}/{pair}/seed{seed}"
+
+
+class RunPaths:
+    """Every path of one training run, under ``root`` (see the module docstring)."""
+
+    def __init__(self, root: Path | str, system: str, pair: str | None = None, seed: int | None = None) -> None:
+        self.root, self.system, self.pair, self.seed = Path(root), system, pair, seed
+        self.name = run_name(system, pair, seed)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "runs" / self.name
+
+    @property
+    def model(self) -> Path:
+        return self.run_dir / "model.pt"
+
+    @property
+    def timing(self) -> Path:
+        return self.run_dir / "timing.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def live(self) -> Path:
+        return self.run_dir / "live"
+
+    @property
+    def decoded(self) -> Path:
+        return self.root / "data" / "decoded" / self.name
+
+    def hyps(self, split: str = TEST_SPLIT) -> Path:
+        return self.decoded / f"hyps.{split}.txt"
+
+    def refs(self, split: str = TEST_SPLIT) -> Path:
+        return self.decoded / f"refs.{split}.txt"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics" / f"{self.name}.json"
+
+    @property
+    def curves(self) -> Path:
+        return self.root / "plots" / "train" / self.name
+
+
+def run_paths(root: Path | str, system: str, pair: str | None = None, seed: int | None = None) -> RunPaths:
+    return RunPaths(root, system, pair, seed)
+
+
+def windows_dir(root: Path | str, pair: str) -> Path:
+    return Path(root) / "data" / "windows" / pair
+
+
+def windows_json(root: Path | str, pair: str) -> Path:
+    return windows_dir(root, pair) / "windows.json"
+
+
+def windows_metrics(root: Path | str, pair: str) -> Path:
+    return Path(root) / "metrics" / "windows" / f"{pair}.json"
+
+
+def analysis_dir(root: Path | str, pair: str) -> Path:
+    return Path(root) / "data" / "analysis" / pair
+
+
+def analysis_metrics(root: Path | str, pair: str) -> Path:
+    return Path(root) / "metrics" / "analysis" / f"{pair}.json"
+
+
+def analysis_plots(root: Path | str, pair: str) -> Path:
+    return Path(root) / "plots" / "analysis" / pair
+
+
+def health_data(root: Path | str, pair: str, model: str) -> Path:
+    return Path(root) / "data" / "health" / pair / f"{model}.json"
+
+
+def health_metrics(root: Path | str, pair: str, model: str) -> Path:
+    return Path(root) / "metrics" / "health" / pair / f"{model}.json"
+
+
+def health_plot(root: Path | str, pair: str, model: str) -> Path:
+    return Path(root) / "plots" / "health" / pair / f"{model}.png"
+
+
+def corpus_metrics(root: Path | str, pair: str) -> Path:
+    return Path(root) / "metrics" / "corpus" / f"{pair}.json"
+
+
+def corpus_plots(root: Path | str, pair: str) -> Path:
+    return Path(root) / "plots" / "corpus" / pair

@@ -1,0 +1,132 @@
+"""The DVC graph tells the truth: every module a stage imports is one of its deps, paths agree with
+lib/layout.py, stages that need no torch do not import it. Static (ast + yaml), a few seconds."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dvc_graph import REPO, code_deps, covered, dvc_stages, import_closure, stage_script
+
+STAGES = dvc_stages()
+TORCH_FREE_STAGES = ("corpus_stats", "report")
+
+
+def _exempt(path: Path) -> bool:
+    """An ``__init__.py`` that holds nothing but a docstring cannot change what a stage computes."""
+    if path.name != "__init__.py":
+        return False
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body)
+
+
+@pytest.mark.parametrize("name", sorted(STAGES))
+def test_stage_deps_cover_its_import_closure(name: str) -> None:
+    stage = STAGES[name]
+    script = stage_script(stage)
+    assert script.is_file(), f"{name}: {script} does not exist"
+    deps = code_deps(stage)
+    rel = script.relative_to(REPO).as_posix()
+    assert rel in deps, f"{name}: its own script {rel} is not in its deps"
+    files, _ = import_closure(script)
+    missing = sorted(f.relative_to(REPO).as_posix() for f in files if not covered(f, deps) and not _exempt(f))
+    assert not missing, f"dvc.yaml stage {name!r} imports modules its deps do not list: {missing}"
+
+
+def test_closure_sees_lazy_and_from_imports(tmp_path: Path) -> None:
+    """The checker itself: a function-level import and `from pkg import module` are both followed."""
+    (tmp_path / "lib" / "sub").mkdir(parents=True)
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "a.py").write_text("def f():\n    from lib.sub import b\n")
+    (tmp_path / "lib" / "sub" / "b.py").write_text("import numpy\n")
+    (tmp_path / "stages" / "_common.py").write_text("")
+    (tmp_path / "stages" / "s.py").write_text("from _common import x\nimport lib.a\n")
+    files, external = import_closure(tmp_path / "stages" / "s.py", root=tmp_path)
+    rel = {f.relative_to(tmp_path.resolve()).as_posix() for f in files}
+    assert rel == {"stages/s.py", "stages/_common.py", "lib/__init__.py", "lib/a.py", "lib/sub/__init__.py",
+                   "lib/sub/b.py"}
+    assert external == {"numpy"}
+    assert not covered(tmp_path / "lib" / "sub" / "b.py", ["lib/a.py", "lib/su"], root=tmp_path)
+    assert covered(tmp_path / "lib" / "sub" / "b.py", ["lib/sub"], root=tmp_path)
+
+
+@pytest.mark.parametrize("name", TORCH_FREE_STAGES)
+def test_stages_that_need_no_torch_do_not_import_it(name: str) -> None:
+    _, external = import_closure(stage_script(STAGES[name]))
+    assert "torch" not in external, f"{name} imports torch (directly or through lib/)"
+
+
+def test_params_load_without_torch() -> None:
+    code = ("import sys; from lib.params import load_params; load_params('params.yaml'); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_dvc_yaml_paths_follow_lib_layout() -> None:
+    """Stage by stage (rendered by DVC itself), the outputs are where lib/layout.py says."""
+    from dvc.repo import Repo
+
+    from lib import layout
+    from lib.layout import RunPaths
+    from lib.params import load_params
+
+    p = load_params(REPO / "params.yaml")
+    with Repo(str(REPO)) as repo:
+        stages = {s.addressing: s for s in repo.index.stages}
+
+    def outs(name: str) -> set[str]:
+        return {o.def_path for o in stages[name].outs}
+
+    def rel(path: Path) -> str:
+        return path.relative_to(REPO).as_posix()
+
+    def run_outs(run: RunPaths) -> set[str]:
+        return {rel(run.model), rel(run.timing), rel(run.decoded), rel(run.metrics), rel(run.curves)}
+
+    assert outs("train_asr_shared") == run_outs(RunPaths(REPO, "asr_shared"))
+    for pair in p.pairs:
+        assert outs(f"train_asr@{pair}") == run_outs(RunPaths(REPO, "asr", pair))
+        assert outs(f"train_asr_local@{pair}") == run_outs(RunPaths(REPO, "asr_local", pair))
+        for seed in p.seeds:
+            assert outs(f"train_baseline@{pair}-{seed}") == run_outs(RunPaths(REPO, "baseline", pair, seed))
+            assert outs(f"train_local@{pair}-{seed}") == run_outs(RunPaths(REPO, "local", pair, seed))
+        assert rel(layout.windows_dir(REPO, pair)) in outs(f"select_windows@{pair}")
+        assert rel(layout.windows_metrics(REPO, pair)) in outs(f"select_windows@{pair}")
+        assert rel(layout.analysis_dir(REPO, pair)) in outs(f"analyze@{pair}")
+        assert rel(layout.analysis_metrics(REPO, pair)) in outs(f"analyze@{pair}")
+        for model in ("asr", "st"):
+            assert outs(f"health_{model}@{pair}") == {rel(layout.health_data(REPO, pair, model)),
+                                                      rel(layout.health_metrics(REPO, pair, model)),
+                                                      rel(layout.health_plot(REPO, pair, model))}
+        assert outs(f"corpus_stats@{pair}") == {rel(layout.corpus_metrics(REPO, pair)),
+                                                rel(layout.corpus_plots(REPO, pair))}
+    assert outs("report") == {layout.REPORT.as_posix(), layout.SUMMARY.as_posix()}
+    # The analysed ST model is the baseline run of analysis.st_seed.
+    for pair in p.pairs:
+        deps = {d.def_path for d in stages[f"analyze@{pair}"].deps}
+        assert rel(RunPaths(REPO, "baseline", pair, p.analysis.st_seed).model) in deps
+
+
+def test_report_reads_no_models() -> None:
+    """The report depends on small files only: nothing under runs/ (models, checkpoints)."""
+    deps = [d for d in STAGES["report"]["deps"] if isinstance(d, str)]
+    assert not [d for d in deps if d.startswith("runs")], deps
+
+
+def test_training_stages_can_be_saved_to_the_run_cache() -> None:
+    """The per-seed recipe restores runs from DVC's run-cache. DVC saves a stage there only when no
+    output is `persist` and no plain output (`outs`, not metrics or plots) has `cache: false`."""
+    for name, stage in STAGES.items():
+        for kind in ("outs", "metrics", "plots"):
+            for out in stage.get(kind, []):
+                if isinstance(out, dict):
+                    (path, opts), = out.items()
+                    assert not opts.get("persist"), f"{name}: {path} is persist"
+                    if kind == "outs" and name != "report":  # the report is cheap: it always reruns
+                        assert opts.get("cache", True), f"{name}: plain output {path} has cache: false"
