@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib.corpus.demo import write_pair
 
@@ -33,4 +33,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib.data.mustc import CorpusError
 from lib.data.prepare import prepare_pair
@@ -31,4 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)
