@@ -12,6 +12,7 @@ from pathlib import Path
 from _common import ROOT, run_stage, stage_params
 
 from lib.corpus.demo import write_pair
+from lib.pool import WorkerDied
 
 
 def main() -> None:
@@ -27,8 +28,11 @@ def main() -> None:
                              progress=True, sentences_per_segment=c.sentences_per_segment,
                              sentence_pause_seconds=c.sentence_pause_seconds, rate_jitter=c.rate_jitter,
                              word_gap=c.word_gap)
-    except ValueError as e:
+    except (ValueError, WorkerDied) as e:
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:  # write_pair has cleaned up; one line, no traceback
+        print("corpus: interrupted, nothing written", file=sys.stderr)
+        sys.exit(130)
     print(json.dumps(summary))
 
 

@@ -14,6 +14,9 @@ from _common import ROOT, run_stage, stage_params
 
 from lib.data.mustc import CorpusError
 from lib.data.prepare import prepare_pair
+from lib.data.store import InsufficientSpaceError
+from lib.params import ParamError
+from lib.pool import WorkerDied
 
 
 def main() -> None:
@@ -25,8 +28,11 @@ def main() -> None:
     root = root if root.is_absolute() else ROOT / root
     try:
         report = prepare_pair(root, args.pair, ROOT / p.data.prepared_dir / args.pair, p.prepare)
-    except CorpusError as e:
+    except (CorpusError, ParamError, InsufficientSpaceError, WorkerDied) as e:
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:  # prepare_pair has cleaned up; one line, no traceback
+        print("prepare: interrupted, nothing written", file=sys.stderr)
+        sys.exit(130)
     print(json.dumps(report))
 
 
