@@ -30,9 +30,6 @@ def main() -> None:
                              word_gap=c.word_gap)
     except (ValueError, WorkerDied) as e:
         sys.exit(f"error: {e}")
-    except KeyboardInterrupt:  # write_pair has cleaned up; one line, no traceback
-        print("corpus: interrupted, nothing written", file=sys.stderr)
-        sys.exit(130)
     print(json.dumps(summary))
 
 

@@ -30,9 +30,6 @@ def main() -> None:
         report = prepare_pair(root, args.pair, ROOT / p.data.prepared_dir / args.pair, p.prepare)
     except (CorpusError, ParamError, InsufficientSpaceError, WorkerDied) as e:
         sys.exit(f"error: {e}")
-    except KeyboardInterrupt:  # prepare_pair has cleaned up; one line, no traceback
-        print("prepare: interrupted, nothing written", file=sys.stderr)
-        sys.exit(130)
     print(json.dumps(report))
 
 
