@@ -47,12 +47,15 @@ OLD_DEFAULT = {
     "train_st.init_decoder": "false",
     "train_st.lr": "3.0e-3",
     "train_st.max_frames": "6000",
+    "train_st.max_updates": "180",
     "decode.max_len_b": "60",
 }
 LN = {"model.overrides.scale_embedding": "false", "model.overrides.subsampler_norm": "layernorm"}
 VARIABILITY = {"corpus.rate_jitter": "20", "corpus.word_gap": "[0,3]", "corpus.noise_level": "0.005"}
 TWO = {"corpus.sentences_per_segment": "[2,2]", "decode.max_len_b": "100"}
 DEMO_ASR = {**LN, **TWO, **VARIABILITY, "train_asr.max_updates": "2400"}  # the demo default's ASR model
+DEMO_ST = {**DEMO_ASR, "train_st.init_decoder": "true", "train_st.lr": "1.5e-3", "train_st.max_frames": "3000",
+           "train_st.max_updates": "180"}  # the demo default's ST (from the demo's ASR model)
 
 ROWS: list[tuple[str, str, dict[str, str], str]] = [
     ("A", "fairseq input (√d-scaled subsampler), 1 sentence per segment, 700 ASR updates (the first demo)",
@@ -69,10 +72,13 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
     ("H", "G, 2400 updates (the demo's ASR model)", DEMO_ASR, "asr"),
     ("I", "ST from H, the paper's recipe (encoder from ASR; lr 3e-3, 6000-frame batches)", DEMO_ASR, "st"),
     ("J", "I + decoder layers from the ASR model", {**DEMO_ASR, "train_st.init_decoder": "true"}, "st"),
-    ("K", "J with lr 1.5e-3 and 3000-frame batches (the demo's ST)",
-     {**DEMO_ASR, "train_st.init_decoder": "true", "train_st.lr": "1.5e-3", "train_st.max_frames": "3000"}, "st"),
+    ("K", "J with lr 1.5e-3 and 3000-frame batches (the demo's ST)", DEMO_ST, "st"),
     ("M", "K with 6000-frame batches (twice the ST compute)",
      {**DEMO_ASR, "train_st.init_decoder": "true", "train_st.lr": "1.5e-3", "train_st.max_frames": "6000"}, "st"),
+    ("O", "K with 3× the ST updates (540, for baseline and local alike)",
+     {**DEMO_ST, "train_st.max_updates": "540"}, "st"),
+    ("P", "K with 6× the ST updates (1080, for baseline and local alike)",
+     {**DEMO_ST, "train_st.max_updates": "1080"}, "st"),
     ("L", "G, 3600 updates", {**LN, **TWO, **VARIABILITY, "train_asr.max_updates": "3600"}, "asr"),
     ("N", "M's ST from L (3600 ASR updates)",
      {**LN, **TWO, **VARIABILITY, "train_asr.max_updates": "3600", "train_st.init_decoder": "true",
