@@ -33,11 +33,14 @@ keys as keyword arguments of ``__init__`` and registers itself with
 
 Hooks for the later systems:
 
-* ``prev_attn`` -- the previous encoder layer's attention weights (B, H, N, N). The encoder
-  only computes and forwards them when the receiving module's class sets
-  ``needs_prev_attn = True`` (attention smoothing with the previous layer as prior), so full
-  models never materialise weights they do not need. The weights a module *returns* are what
-  the next layer receives (for recursive smoothing: the smoothed weights).
+* ``prev_attn`` -- what the previous encoder layer handed on as its ``carry`` (B, H, N, N). The
+  encoder only computes and forwards it when the receiving module sets ``needs_prev_attn = True``
+  (attention smoothing with the previous layer as prior; read on the instance, so a variant may
+  set it per instance in ``__init__``), so full models never materialise weights they do not
+  need. ``attend`` returns ``(ctx, weights)`` or ``(ctx, weights, carry)``: ``weights`` are the
+  *effective* weights that multiplied V (analysis, contributions), ``carry`` what the next layer
+  receives as ``prev_attn`` (default: ``weights``; non-recursive smoothing hands on the *raw*
+  softmax instead, specs/variants.md §0.1).
 * ``task`` -- a (B,) long tensor of task ids (target-language index) that reaches every encoder
   attention module (per-task head selection). ``proj_heads`` lets a head-selection variant
   project more candidate heads (H' > H) than it merges.
@@ -104,6 +107,7 @@ def key_padding_bias(key_padding_mask: Tensor | None, dtype: torch.dtype) -> Ten
 class AttentionOutput:
     out: Tensor  # (B, N, d)
     weights: Tensor | None  # (B, H, N, N) post-softmax, pre-dropout; only when need_weights
+    carry: Tensor | None = None  # (B, H, N, N) the next layer's prev_attn (default: weights); only when need_weights
 
 
 class SelfAttention(nn.Module):
@@ -218,19 +222,20 @@ class SelfAttention(nn.Module):
         prev_attn: Tensor | None = None,
         task: Tensor | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor | None]:
         """Core attention on split heads.
 
         Args:
             q, k, v: (B, H_proj, N, dh), unscaled.
             key_padding_mask: (B, N) bool, True = padding, or None.
-            prev_attn: previous encoder layer's weights (B, H, N, N) if ``needs_prev_attn``.
+            prev_attn: previous encoder layer's carry (B, H, N, N) if ``needs_prev_attn``.
             task: (B,) long task ids, or None.
             need_weights: whether the caller wants the weights back.
 
         Returns:
             ctx (B, H, N, dh) and the post-softmax, pre-dropout weights (B, H, N, N) when
-            ``need_weights`` (None otherwise is fine).
+            ``need_weights`` (None otherwise is fine); optionally a third element, the carry
+            (B, H, N, N) handed to the next layer as ``prev_attn`` (default: the weights).
         """
         raise NotImplementedError(f"{type(self).__name__} must implement attend()")
 
@@ -244,11 +249,13 @@ class SelfAttention(nn.Module):
         need_weights: bool = False,
     ) -> AttentionOutput:
         q, k, v = self._project(x)
-        ctx, weights = self.attend(
-            q, k, v, key_padding_mask, prev_attn=prev_attn, task=task, need_weights=need_weights
-        )
+        res = self.attend(q, k, v, key_padding_mask, prev_attn=prev_attn, task=task, need_weights=need_weights)
+        ctx, weights = res[0], res[1]
+        carry = res[2] if len(res) == 3 else weights
         out = self.out_proj(self._merge(ctx))
-        return AttentionOutput(out=out, weights=weights if need_weights else None)
+        if not need_weights:
+            return AttentionOutput(out=out, weights=None, carry=None)
+        return AttentionOutput(out=out, weights=weights, carry=carry)
 
     def extra_repr(self) -> str:
         return (

@@ -177,7 +177,9 @@ class EncoderLayer(nn.Module):
         prev_attn: Tensor | None = None,
         task: Tensor | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Returns the layer output (B, N, d), the attention weights (effective, pre-dropout) and the
+        carry for the next layer's ``prev_attn`` (both (B, H, N, N), None unless ``need_weights``)."""
         a = self.self_attn(
             self.self_attn_layer_norm(x),
             padding_mask,
@@ -187,7 +189,7 @@ class EncoderLayer(nn.Module):
         )
         x = x + self.dropout(a.out)
         x = x + self.dropout(feed_forward(self, self.final_layer_norm(x)))
-        return x, a.weights
+        return x, a.weights, a.carry
 
 
 @dataclass
@@ -196,7 +198,7 @@ class EncoderOutput:
     padding_mask: Tensor  # (B, N) bool, True = padding
     lengths: Tensor  # (B,) valid lengths after subsampling
     layer_inputs: list[Tensor] | None = None  # per layer: residual stream before its pre-LN
-    attn_weights: list[Tensor] | None = None  # per layer: (B, H, N, N) post-softmax weights
+    attn_weights: list[Tensor] | None = None  # per layer: (B, H, N, N) effective post-softmax weights
     ctc_logits: Tensor | None = None  # (B, N, ctc_vocab) when the model has a CTC head
 
     def reorder(self, new_order: Tensor) -> EncoderOutput:
@@ -261,11 +263,11 @@ class S2TTransformerEncoder(nn.Module):
         prev: Tensor | None = None
         n = len(self.layers)
         for i, layer in enumerate(self.layers):
-            # A layer computes weights only if asked for, or if the next layer consumes them.
+            # A layer computes weights only if asked for, or if the next layer consumes its carry.
             want = need_weights or (i + 1 < n and self.layers[i + 1].self_attn.needs_prev_attn)
             if layer_inputs is not None:
                 layer_inputs.append(x)
-            x, w = layer(
+            x, w, carry = layer(
                 x,
                 padding_mask,
                 prev_attn=prev if layer.self_attn.needs_prev_attn else None,
@@ -274,7 +276,7 @@ class S2TTransformerEncoder(nn.Module):
             )
             if attn_weights is not None:
                 attn_weights.append(w)
-            prev = w
+            prev = carry
 
         x = self.layer_norm(x).masked_fill(padding_mask[..., None], 0.0)
         ctc_logits = self.ctc_proj(x) if self.ctc_proj is not None else None
