@@ -8,7 +8,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-__all__ = ["MODEL_SIZES", "SUBSAMPLER_NORMS", "ModelConfig", "model_config"]
+__all__ = [
+    "BAND_OUTSIDE",
+    "DEFAULT_BAND_K",
+    "DEFAULT_GAMMA",
+    "MODEL_SIZES",
+    "SMOOTHING_PRIORS",
+    "SUBSAMPLER_NORMS",
+    "ModelConfig",
+    "model_config",
+    "smoothing_options",
+]
 
 # ----------------------------------------------------------------------------------------
 
@@ -104,3 +114,63 @@ def model_config(size: str, **overrides: Any) -> ModelConfig:
     if size not in MODEL_SIZES:
         raise ValueError(f"unknown model size {size!r}; known: {sorted(MODEL_SIZES)}")
     return ModelConfig.from_dict({**MODEL_SIZES[size], **overrides})
+
+
+# ----------------------------------------------------------------------------------------
+# Attention smoothing options (specs/variants.md §1.3-1.4), shared by the attention module
+# (lib.model.attention.SmoothedAttention) and the params-level spec builder
+# (lib.model.spec.smoothing_spec) so that both reject the same values with the same words.
+
+SMOOTHING_PRIORS = ("uniform", "band", "prev")
+BAND_OUTSIDE = ("literal", "masked")
+DEFAULT_GAMMA = 0.1  # §1.4 A7: the seed gives no value
+DEFAULT_BAND_K = 13  # §1.4 A7: median of the locality paper's En-De windows
+
+
+def smoothing_options(
+    *,
+    prior: Any,
+    gamma: Any = DEFAULT_GAMMA,
+    recursive: Any = False,
+    train_only: Any = False,
+    k: Any = None,
+    band_outside: Any = "literal",
+    per_head: Any = False,
+    key: str = "smoothing",
+) -> dict[str, Any]:
+    """Validate and normalise one smoothing definition; ValueError naming ``<key>.<option>``.
+
+    Returns ``{prior, gamma, recursive, train_only, k, band_outside, per_head}`` with ``gamma`` a
+    float in [0, 1] or ``"predicted"`` and ``k`` an odd int for ``band`` (default 13), else None.
+    Rules (§1.2-1.4): ``recursive`` and ``gamma: predicted`` only with ``prior: prev``, and the
+    predicted coefficient only recursively (the seed's Eq. for g interpolates with A^rec_{l-1});
+    ``k``, ``band_outside``, ``per_head`` only with ``prior: band``; k odd (centred band, A3).
+    """
+    if prior not in SMOOTHING_PRIORS:
+        raise ValueError(f"{key}.prior: must be one of {list(SMOOTHING_PRIORS)}, got {prior!r}")
+    for name, val in (("recursive", recursive), ("train_only", train_only), ("per_head", per_head)):
+        if not isinstance(val, bool):
+            raise ValueError(f"{key}.{name}: must be true or false, got {val!r}")
+    if gamma == "predicted":
+        if prior != "prev" or not recursive:
+            raise ValueError(f"{key}.gamma: 'predicted' needs prior: prev and recursive: true "
+                             f"(the seed predicts g for recursive smoothing only), got prior {prior!r}, "
+                             f"recursive {recursive!r}")
+    elif isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"{key}.gamma: must be a number in [0, 1] or 'predicted', got {gamma!r}")
+    else:
+        gamma = float(gamma)
+    if recursive and prior != "prev":
+        raise ValueError(f"{key}.recursive: only the prev prior recurses, got prior {prior!r}")
+    if prior == "band":
+        k = DEFAULT_BAND_K if k is None else k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % 2 == 0:
+            raise ValueError(f"{key}.k: band width must be a positive odd integer (centred band), got {k!r}")
+        if band_outside not in BAND_OUTSIDE:
+            raise ValueError(f"{key}.band_outside: must be one of {list(BAND_OUTSIDE)}, got {band_outside!r}")
+    else:
+        for name, val, default in (("k", k, None), ("band_outside", band_outside, "literal"), ("per_head", per_head, False)):
+            if val != default:
+                raise ValueError(f"{key}.{name}: only applies to prior: band, got {val!r} with prior {prior!r}")
+    return dict(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
+                band_outside=band_outside, per_head=per_head)
