@@ -72,6 +72,8 @@ __all__ = [
     "SmoothedAttention",
     "band_logit_matrix",
     "build_attention",
+    "predicted_gate",
+    "uniform_prior",
     "mask_bias",
     "register_attention",
 ]
@@ -405,6 +407,22 @@ def band_logit_matrix(b: Tensor, n: int) -> tuple[Tensor, Tensor]:
     return logits.masked_fill(~inside, 0.0), inside
 
 
+def uniform_prior(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """Uniform prior over the allowed keys (specs/variants.md §1.2, §1.4 A1): ``allowed`` (..., N_q, N_k)
+    bool -> (..., N_q, N_k) with 1 / #allowed on the allowed keys (1 / T_b over valid frames, 1 / (i+1)
+    over a causal prefix, 1 / |W_i| on a window), 0 elsewhere, all-zero rows where nothing is allowed."""
+    m = allowed.to(dtype)
+    return m / m.sum(-1, keepdim=True).clamp_min(1.0)
+
+
+def predicted_gate(q: Tensor, c: Tensor) -> Tensor:
+    """Predicted interpolation coefficient g_{b,h,i} = σ(q_{b,h,i} · c_h) (§1.2, §1.4 A6): the seed's
+    σ(X' W^q c) split into per-head partial dot products. q (B, H, N, dh) unscaled (bias included),
+    c (H · dh,) -> g (B, H, N, 1)."""
+    H, dh = q.shape[1], q.shape[3]
+    return torch.sigmoid((q * c.view(H, dh)[None, :, None, :]).sum(-1, keepdim=True))  # (B, H, N, 1)
+
+
 @register_attention("smooth")
 class SmoothedAttention(SelfAttention):
     """Attention-weight smoothing with a prior (seed 002; specs/variants.md §1.2, §1.4):
@@ -515,8 +533,7 @@ class SmoothedAttention(SelfAttention):
         the window), exactly 0 on the other keys."""
         n = allowed.shape[-1]
         if self.prior == "uniform":
-            m = allowed.to(dtype)
-            return m / m.sum(-1, keepdim=True).clamp_min(1.0)  # m_b[j] / T_b (or 1 / |W_i|)
+            return uniform_prior(allowed, dtype)  # m_b[j] / T_b (or 1 / |W_i|)
         if self.prior == "band":
             logits, inside = band_logit_matrix(self.band_logits.to(dtype), n)  # (N, N) or (H, N, N)
             if logits.dim() == 2:
@@ -533,8 +550,7 @@ class SmoothedAttention(SelfAttention):
 
     def gate(self, q: Tensor) -> Tensor:
         """Predicted coefficient g = σ(q_{b,h,i} · c_h): q (B, H, N, dh) unscaled -> (B, H, N, 1)."""
-        c = self.gate_vector.view(self.n_heads, self.head_dim)[None, :, None, :]  # (1, H, 1, dh)
-        return torch.sigmoid((q * c).sum(-1, keepdim=True))
+        return predicted_gate(q, self.gate_vector)
 
     def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
         if not self.active:  # relaxed attention at inference: the very code of the plain layer

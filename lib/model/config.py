@@ -17,6 +17,8 @@ __all__ = [
     "SUBSAMPLER_NORMS",
     "ModelConfig",
     "model_config",
+    "decoder_attention_spec",
+    "smoothing_layers",
     "smoothing_options",
 ]
 
@@ -43,6 +45,11 @@ class ModelConfig:
     max_target_positions: int = 1024
     # One attention spec per encoder layer; None -> all {"type": "full"}.
     encoder_attention: list[dict] | None = None
+    # Decoder attention (specs/variants.md §0.3): one spec for all decoder layers, or None = plain
+    # attention (SDPA). {"type": "smooth", prior, gamma, recursive, train_only, layers} -- see
+    # decoder_attention_spec; "layers" (1-based) is filled with its default here.
+    decoder_self_attention: dict | None = None
+    cross_attention: dict | None = None
     # Optional CTC head on the encoder output (auxiliary ASR loss); None -> no head.
     ctc_vocab_size: int | None = None
     pad_idx: int = 1  # fairseq dictionary convention
@@ -67,6 +74,8 @@ class ModelConfig:
                 f"encoder_attention has {len(self.encoder_attention)} specs for "
                 f"{self.encoder_layers} encoder layers"
             )
+        for name in ("decoder_self_attention", "cross_attention"):
+            setattr(self, name, decoder_attention_spec(getattr(self, name), self.decoder_layers, key=name))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} not divisible by n_heads={self.n_heads}")
         if self.conv_channels % 2:
@@ -174,3 +183,47 @@ def smoothing_options(
                 raise ValueError(f"{key}.{name}: only applies to prior: band, got {val!r} with prior {prior!r}")
     return dict(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
                 band_outside=band_outside, per_head=per_head)
+
+
+DECODER_ATTENTION_TYPES = ("smooth",)
+
+
+def smoothing_layers(layers: Any, prior: str, n_layers: int, *, key: str) -> list[int]:
+    """The 1-based layers a smoothing definition applies to (§1.2 "Layers"): default all layers for
+    uniform / band, 2..L for prev; ValueError naming ``<key>.layers`` for numbers outside 1..L,
+    duplicates, or layer 1 with the prev prior (no layer below, §1.4 A2)."""
+    if layers is None:
+        return list(range(2 if prior == "prev" else 1, n_layers + 1))
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, (list, tuple)):
+        raise ValueError(f"{key}.layers: must be a list of 1-based layer numbers, got {layers!r}")
+    for li in layers:
+        if isinstance(li, bool) or not isinstance(li, int) or not 1 <= li <= n_layers:
+            raise ValueError(f"{key}.layers: {li!r} is not a layer number in 1..{n_layers}")
+    if len(set(layers)) != len(layers):
+        raise ValueError(f"{key}.layers: duplicate layer numbers in {list(layers)}")
+    if prior == "prev" and 1 in layers:
+        raise ValueError(f"{key}.layers: layer 1 cannot take the prev prior (no layer below; specs/variants.md §1.4 A2)")
+    return sorted(layers)
+
+
+def decoder_attention_spec(spec: dict | None, n_layers: int, *, key: str) -> dict | None:
+    """Validate a decoder attention spec (``ModelConfig.decoder_self_attention`` / ``cross_attention``,
+    specs/variants.md §0.3): None (plain attention) or ``{"type": "smooth", prior, gamma, recursive,
+    train_only, layers}`` with prior uniform | prev (the band prior is encoder-only, §1.2). Returns a
+    normalised copy with ``layers`` filled; ValueError naming ``<key>.<option>``."""
+    if spec is None:
+        return None
+    if not isinstance(spec, dict) or spec.get("type") not in DECODER_ATTENTION_TYPES:
+        raise ValueError(f"{key}: expected None or a dict with type in {list(DECODER_ATTENTION_TYPES)}, got {spec!r}")
+    allowed = {"type", "prior", "gamma", "recursive", "train_only", "layers"}
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    if spec.get("prior") == "band":
+        raise ValueError(f"{key}.prior: the band prior is defined for encoder self-attention only")
+    if "prior" not in spec:
+        raise ValueError(f"{key}.prior: missing (uniform or prev)")
+    opts = smoothing_options(**{k: v for k, v in spec.items() if k not in ("type", "layers")}, key=key)
+    layers = smoothing_layers(spec.get("layers"), opts["prior"], n_layers, key=key)
+    return {"type": spec["type"], "prior": opts["prior"], "gamma": opts["gamma"], "recursive": opts["recursive"],
+            "train_only": opts["train_only"], "layers": layers}

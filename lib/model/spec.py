@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from lib.model.config import SMOOTHING_PRIORS, smoothing_options
+from lib.model.config import SMOOTHING_PRIORS, decoder_attention_spec, smoothing_layers, smoothing_options
 
 SMOOTHING_WHERE = ("encoder", "decoder_self", "cross")
 SMOOTHING_BASES = ("full", "local")
@@ -86,23 +86,12 @@ def smoothing_spec(base: Sequence[dict], sdef: dict, n_layers: int, *, key: str 
     if "encoder" not in where:  # `layers` then counts decoder layers: checked where the decoder is built
         return out
 
-    first = 2 if opts["prior"] == "prev" else 1
-    layers = sdef.get("layers", list(range(first, n_layers + 1)))
-    if isinstance(layers, (str, bytes)) or not isinstance(layers, (list, tuple)):
-        raise ValueError(f"{key}.layers: must be a list of 1-based layer numbers, got {layers!r}")
-    for li in layers:
-        if isinstance(li, bool) or not isinstance(li, int) or not 1 <= li <= n_layers:
-            raise ValueError(f"{key}.layers: {li!r} is not a layer number in 1..{n_layers}")
-    if len(set(layers)) != len(layers):
-        raise ValueError(f"{key}.layers: duplicate layer numbers in {list(layers)}")
-    if opts["prior"] == "prev" and 1 in layers:
-        raise ValueError(f"{key}.layers: layer 1 cannot take the prev prior (no layer below; "
-                         f"specs/variants.md §1.4 A2)")
+    layers = smoothing_layers(sdef.get("layers"), opts["prior"], n_layers, key=key)
 
     smooth = {name: val for name, val in opts.items()
               if not (name in ("recursive", "train_only", "per_head") and val is False)
               and not (name == "band_outside" and val == "literal") and val is not None}
-    for li in sorted(layers):
+    for li in layers:
         s = out[li - 1]
         if not isinstance(s, dict) or s.get("type") not in SMOOTHING_BASES:
             raise ValueError(f"{key}: layer {li} has base attention {s!r}; smoothing overlays full or local layers only")
@@ -110,3 +99,19 @@ def smoothing_spec(base: Sequence[dict], sdef: dict, n_layers: int, *, key: str 
         if s["type"] == "local":
             out[li - 1]["window"] = s["window"]
     return out
+
+
+def decoder_smoothing_specs(sdef: dict, n_layers: int, *, key: str = "smoothing") -> dict[str, dict | None]:
+    """The decoder side of a smoothing definition (specs/variants.md §0.3, §1.2 "Where"): the
+    ``ModelConfig`` overrides ``{"decoder_self_attention": spec | None, "cross_attention": spec | None}``
+    for the places ``decoder_self`` / ``cross`` named in ``where`` (None = plain attention).
+    ``layers`` applies to every place named in ``where``; here it is checked against the decoder's
+    ``n_layers`` (against the encoder's in :func:`smoothing_spec`). ValueError naming the key."""
+    # the whole definition is checked as for the encoder (unknown keys, prior, γ, where, band ...)
+    smoothing_spec([{"type": "full"}] * n_layers, sdef, n_layers, key=key)
+    where = sdef.get("where", ["encoder"])
+    opts = {name: sdef[name] for name in ("prior", "gamma", "recursive", "train_only", "layers") if name in sdef}
+    return {
+        attr: decoder_attention_spec({"type": "smooth", **opts}, n_layers, key=key) if place in where else None
+        for place, attr in (("decoder_self", "decoder_self_attention"), ("cross", "cross_attention"))
+    }

@@ -1,5 +1,6 @@
-"""Attention-weight smoothing with prior distributions (seed 002; specs/variants.md §1.5, encoder
-self-attention): lib.model.attention.SmoothedAttention, band_logit_matrix, lib.model.spec.smoothing_spec.
+"""Attention-weight smoothing with prior distributions (seed 002; specs/variants.md §1.5): encoder
+self-attention (lib.model.attention.SmoothedAttention, band_logit_matrix, lib.model.spec.smoothing_spec)
+and the decoder side (lib.model.s2t_transformer.SmoothedMultiheadAttention, decoder_smoothing_specs).
 
 Item numbers refer to the spec's §1.5 list. float64 wherever exactness matters."""
 
@@ -19,8 +20,8 @@ from lib.model.attention import (
     build_attention,
 )
 from lib.model.dropout import dropout
-from lib.model.s2t_transformer import S2TTransformer, model_config
-from lib.model.spec import local_attention_spec, smoothing_spec
+from lib.model.s2t_transformer import MultiheadAttention, S2TTransformer, SmoothedMultiheadAttention, model_config
+from lib.model.spec import decoder_smoothing_specs, local_attention_spec, smoothing_spec
 
 D, H = 16, 2
 DH = D // H
@@ -582,3 +583,222 @@ def test_smoothing_spec_overlay() -> None:
         smoothing_spec([{"type": "full"}, {"type": "banded", "window": 3}], {"prior": "uniform"}, 2)
     with pytest.raises(ValueError, match="3 layer specs"):
         smoothing_spec([{"type": "full"}] * 3, {"prior": "uniform"}, 4)
+
+
+# ------------------------------------------------------------------------ decoder side (§0.3; items 1, 2, 10)
+
+V = 23
+DEC_PRIORS = ["uniform", "prev", "rec", "predicted"]
+
+
+def _dec_module(name: str, *, gamma: float = 0.3, seed: int = 0) -> SmoothedMultiheadAttention:
+    spec = {"gamma": gamma, **PRIORS[name]}
+    torch.manual_seed(seed)
+    m = SmoothedMultiheadAttention(D, H, 0.0, **spec).to(F64).eval()
+    if m.gate_vector is not None:
+        with torch.no_grad():
+            m.gate_vector.copy_(0.3 * torch.randn(D, dtype=F64))
+    return m
+
+
+def _plain_dec(m: MultiheadAttention) -> MultiheadAttention:
+    plain = MultiheadAttention(D, H, 0.0)
+    plain.load_state_dict(m.state_dict(), strict=False)
+    return plain.to(F64).eval()
+
+
+@pytest.mark.parametrize("place", ["decoder_self", "cross"])
+@pytest.mark.parametrize("name", DEC_PRIORS)
+def test_decoder_rows_sum_to_one_padded_keys_zero_no_nan(name: str, place: str) -> None:
+    g = torch.Generator().manual_seed(11)
+    query = torch.randn(4, 6, D, generator=g, dtype=F64)
+    memory = torch.randn(4, 7, D, generator=g, dtype=F64)
+    if place == "cross":
+        pad = torch.arange(7)[None, :] >= torch.tensor([7, 4, 1, 0])[:, None]  # incl. a length-1 and an empty source
+        kw = dict(key_padding_mask=pad)
+        allowed = (~pad)[:, None, None, :].expand(4, 1, 6, 7)
+        mem = memory
+    else:
+        pad = torch.arange(6)[None, :] >= torch.tensor([6, 4, 1, 1])[:, None]  # right-padded targets
+        kw = dict(key_padding_mask=pad, causal=True)
+        allowed = (~pad)[:, None, None, :] & torch.ones(6, 6, dtype=torch.bool).tril()
+        mem = None
+    m = _dec_module(name)
+    prev = _plain_dec(_dec_module("uniform", seed=5))(query, mem, need_weights=True, **kw).weights
+    res = m(query, mem, prev_attn=prev, need_weights=True, **kw)
+    w = res.weights  # (B, H, L, S)
+    for t in (w, res.carry, res.out):
+        assert torch.isfinite(t).all()
+    assert (w[~allowed.expand_as(w)] == 0).all()  # padded (and future) keys: exactly 0, every row
+    has_key = allowed.any(-1).expand(4, H, 6)
+    torch.testing.assert_close(w.sum(-1)[has_key], torch.ones(int(has_key.sum()), dtype=F64), atol=1e-6, rtol=0)
+    if name == "uniform" and place == "decoder_self":  # P[i, j] = 1 / (i + 1) over the causal prefix
+        p1 = _dec_module("uniform", gamma=1.0)(query, None, need_weights=True, causal=True).weights
+        torch.testing.assert_close(p1[0, 0], torch.ones(6, 6, dtype=F64).tril() / torch.arange(1, 7, dtype=F64)[:, None])
+
+
+def _dec_model(self_spec: dict | None, cross_spec: dict | None, *, seed: int = 0, layers: int = 3) -> S2TTransformer:
+    torch.manual_seed(seed)
+    cfg = model_config("tiny", vocab_size=V, decoder_layers=layers, decoder_self_attention=self_spec,
+                       cross_attention=cross_spec)
+    model = S2TTransformer(cfg).eval()
+    with torch.no_grad():
+        for p in model.decoder.parameters():
+            if p.dim() == 1 and p.shape == (D,) and (p == 0).all():  # gate vectors: not their 0.5 init
+                p.normal_()
+    return model
+
+
+def _dec_batch(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    feats, lengths = torch.randn(3, 41, 80, generator=g), torch.tensor([41, 23, 9])
+    tokens = torch.randint(3, V, (3, 7), generator=g)
+    tokens[1, 5:] = 1
+    tokens[2, 3:] = 1
+    return feats, lengths, tokens
+
+
+DEC_SYSTEMS = {
+    "rec_pred_all": {"prior": "prev", "recursive": True, "gamma": "predicted"},
+    "prev": {"prior": "prev", "gamma": 0.3},
+    "uniform_both": {"prior": "uniform", "gamma": 0.2},
+}
+
+
+@pytest.mark.parametrize("system", list(DEC_SYSTEMS))
+def test_decoder_incremental_equals_full_sequence(system: str) -> None:
+    spec = decoder_smoothing_specs({**DEC_SYSTEMS[system], "where": ["decoder_self", "cross"]}, 3)
+    model = _dec_model(spec["decoder_self_attention"], spec["cross_attention"])
+    assert any(isinstance(layer.self_attn, SmoothedMultiheadAttention) for layer in model.decoder.layers)
+    feats, lengths, tokens = _dec_batch()
+    enc = model.encode(feats, lengths)
+    full = model.decode(tokens, enc)
+    state: dict = {}
+    inc = torch.cat([model.decode(tokens[:, :t + 1], enc, incremental_state=state) for t in range(7)], dim=1)
+    torch.testing.assert_close(inc, full, atol=1e-5, rtol=1e-5)
+    plain = _dec_model(None, None)
+    plain.load_state_dict(model.state_dict(), strict=False)
+    assert not torch.allclose(plain.decode(tokens, enc), full, atol=1e-3)  # the smoothing does something
+    # padding invariance: a sample alone == the same sample in the padded batch
+    logits = model(feats, lengths, tokens)
+    for b in range(3):
+        n_tok = int((tokens[b] != 1).sum())
+        alone = model(feats[b:b + 1, :int(lengths[b])], lengths[b:b + 1], tokens[b:b + 1, :n_tok])
+        torch.testing.assert_close(logits[b, :n_tok], alone[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("recursive", [False, True])
+def test_decoder_carry_semantics(recursive: bool) -> None:
+    """Layer l + 1 receives the raw A_l (non-recursive) or A'_l (recursive) of the same kind."""
+    spec = {"type": "smooth", "prior": "prev", "recursive": recursive, "gamma": 0.4}
+    model = _dec_model(spec, spec)
+    seen: dict[tuple[int, str], tuple] = {}
+    for li, layer in enumerate(model.decoder.layers):
+        for kind, mod in (("self", layer.self_attn), ("cross", layer.encoder_attn)):
+            mod.register_forward_hook(lambda _m, args, kwargs, out, key=(li, kind): seen.__setitem__(key, (args, kwargs, out)),
+                                      with_kwargs=True)
+    feats, lengths, tokens = _dec_batch(1)
+    model(feats, lengths, tokens)
+    for li in (0, 1):
+        for kind in ("self", "cross"):
+            args, kwargs, out = seen[(li, kind)]
+            mod = getattr(model.decoder.layers[li], "self_attn" if kind == "self" else "encoder_attn")
+            raw = _plain_dec(mod).float()(*args, **{**kwargs, "need_weights": True, "prev_attn": None}).weights
+            received = seen[(li + 1, kind)][1]["prev_attn"]
+            expected = out.weights if recursive and li > 0 else raw  # layer 1 is plain: raw either way
+            torch.testing.assert_close(received, expected, rtol=0, atol=1e-6)
+            if li == 1:
+                torch.testing.assert_close(out.weights, 0.6 * raw + 0.4 * kwargs["prev_attn"], rtol=0, atol=1e-6)
+
+
+def test_decoder_none_is_todays_sdpa_path() -> None:
+    """decoder_self_attention = cross_attention = None: plain modules (no new parameters) and the
+    fused SDPA computation, bit for bit."""
+    model = _dec_model(None, None)
+    ref = S2TTransformer(model_config("tiny", vocab_size=V, decoder_layers=3))
+    assert model.state_dict().keys() == ref.state_dict().keys()
+    assert all(type(m) is MultiheadAttention for layer in model.decoder.layers
+               for m in (layer.self_attn, layer.encoder_attn))
+    mha = model.decoder.layers[0].self_attn
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 5, D, generator=g)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+
+    def split(t):
+        return t.view(2, -1, H, DH).transpose(1, 2)
+
+    mask = pad[:, None, None, :] | (torch.arange(5)[None, :] > torch.arange(5)[:, None])
+    from lib.model.attention import mask_bias
+
+    ctx = torch.nn.functional.scaled_dot_product_attention(
+        split(mha.q_proj(x)), split(mha.k_proj(x)), split(mha.v_proj(x)), attn_mask=mask_bias(mask, x.dtype))
+    expected = mha.out_proj(ctx.transpose(1, 2).reshape(2, 5, D))
+    got = mha(x, None, key_padding_mask=pad, causal=True)
+    assert torch.equal(got.out, expected) and got.weights is None and got.carry is None
+
+
+def test_relaxed_cross_attention_is_plain_at_inference() -> None:
+    relaxed = decoder_smoothing_specs({"prior": "uniform", "gamma": 0.1, "train_only": True, "where": ["cross"]}, 3)
+    model = _dec_model(**{"self_spec": relaxed["decoder_self_attention"], "cross_spec": relaxed["cross_attention"]})
+    plain = _dec_model(None, None)
+    plain.load_state_dict(model.state_dict())
+    feats, lengths, tokens = _dec_batch(2)
+    assert torch.equal(model(feats, lengths, tokens), plain(feats, lengths, tokens))
+    model.train(), plain.train()
+    torch.manual_seed(0)
+    a = model(feats, lengths, tokens)
+    torch.manual_seed(0)
+    assert not torch.allclose(a, plain(feats, lengths, tokens))  # smoothing in training only
+
+
+def test_decoder_checkpoints_load() -> None:
+    """A plain model's decoder layers load into a decoder-smoothing model; gate vectors keep their init."""
+    asr = S2TTransformer(model_config("tiny", vocab_size=11, decoder_layers=3))
+    spec = decoder_smoothing_specs({**DEC_SYSTEMS["rec_pred_all"], "where": ["encoder", "decoder_self", "cross"]}, 3)
+    st = S2TTransformer(model_config("tiny", vocab_size=V, decoder_layers=3, **spec))
+    loaded = st.load_decoder_layers_from(asr.state_dict())
+    gates = sorted(k for k in st.decoder.state_dict() if k.endswith("gate_vector"))
+    assert len(gates) == 4 and not set(gates) & set(loaded)  # layers 2-3, self and cross
+    assert all((st.decoder.state_dict()[k] == 0).all() for k in gates)
+    assert set(loaded) == {k for k in asr.decoder.state_dict() if k.startswith(("layers.", "layer_norm."))}
+    # config round trip (checkpoints store model_config as a plain dict)
+    assert model_config("tiny", vocab_size=V, decoder_layers=3, **spec).to_dict()["cross_attention"]["layers"] == [2, 3]
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ({"type": "smooth", "prior": "band"}, r"cross_attention\.prior"),
+    ({"type": "smooth", "prior": "prev", "layers": [1, 2]}, r"cross_attention\.layers"),
+    ({"type": "smooth", "prior": "uniform", "layers": [4]}, r"cross_attention\.layers"),
+    ({"type": "smooth", "prior": "uniform", "gamma": 3}, r"cross_attention\.gamma"),
+    ({"type": "smooth", "prior": "uniform", "window": 3}, "window"),
+    ({"type": "local", "prior": "uniform"}, "cross_attention"),
+])
+def test_decoder_spec_errors_name_the_key(spec: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        model_config("tiny", vocab_size=V, decoder_layers=3, cross_attention=spec)
+
+
+def test_decoder_smoothing_specs() -> None:
+    out = decoder_smoothing_specs({"prior": "uniform", "gamma": 0.1, "train_only": True, "where": ["cross"]}, 2)
+    assert out == {"decoder_self_attention": None, "cross_attention": {
+        "type": "smooth", "prior": "uniform", "gamma": 0.1, "recursive": False, "train_only": True, "layers": [1, 2]}}
+    assert decoder_smoothing_specs({"prior": "band"}, 2) == {"decoder_self_attention": None, "cross_attention": None}
+    with pytest.raises(ValueError, match=r"smoothing\.defs\.x\.layers"):
+        decoder_smoothing_specs({"prior": "prev", "layers": [5], "where": ["cross"]}, 3, key="smoothing.defs.x")
+    with pytest.raises(ValueError, match=r"smoothing\.defs\.x\.where"):
+        decoder_smoothing_specs({"prior": "band", "where": ["decoder_self"]}, 3, key="smoothing.defs.x")
+
+
+def test_decoder_predicted_gate() -> None:
+    """Decoder A' = (1 - g) A + g Ā_{l-1} with g = σ(q_h · c_h) per head and query (cross-attention)."""
+    m = _dec_module("predicted")
+    g = torch.Generator().manual_seed(4)
+    query, memory = torch.randn(2, 3, D, generator=g, dtype=F64), torch.randn(2, 6, D, generator=g, dtype=F64)
+    pad = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    prev = torch.softmax(torch.randn(2, H, 3, 6, generator=g, dtype=F64).masked_fill(pad[:, None, None], -1e9), -1)
+    res = m(query, memory, key_padding_mask=pad, prev_attn=prev, need_weights=True)
+    raw = _plain_dec(m)(query, memory, key_padding_mask=pad, need_weights=True).weights
+    q = m.q_proj(query).view(2, 3, H, DH)  # (B, L, H, dh)
+    gate = torch.stack([torch.sigmoid(q[:, :, h] @ m.gate_vector[h * DH:(h + 1) * DH]) for h in range(H)], 1)[..., None]
+    assert not torch.allclose(gate, torch.full_like(gate, 0.5))
+    torch.testing.assert_close(res.weights, (1 - gate) * raw + gate * prev, rtol=0, atol=1e-12)
