@@ -31,6 +31,10 @@ keys as keyword arguments of ``__init__`` and registers itself with
                                   return_weights=need_weights)
             return res if need_weights else (res, None)
 
+Registered variants: ``full``, ``local`` (the paper's Section 4), ``banded`` (local through a dense
+mask, analysis only) and ``smooth`` (attention-weight smoothing with prior distributions, seed 002:
+:class:`SmoothedAttention`, specs/variants.md §1).
+
 Hooks for the later systems:
 
 * ``prev_attn`` -- what the previous encoder layer handed on as its ``carry`` (B, H, N, N). The
@@ -72,10 +76,10 @@ __all__ = [
     "SmoothedAttention",
     "band_logit_matrix",
     "build_attention",
-    "predicted_gate",
-    "uniform_prior",
     "mask_bias",
+    "predicted_gate",
     "register_attention",
+    "uniform_prior",
 ]
 
 

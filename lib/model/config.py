@@ -90,8 +90,15 @@ class ModelConfig:
             raise ValueError(f"scale_embedding must be true or false, got {self.scale_embedding!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True)."""
-        return asdict(self)
+        """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True).
+
+        Decoder attention specs are left out when None (plain attention), so the configs -- and the
+        resume fingerprints -- of models without decoder variants are those from before they existed."""
+        d = asdict(self)
+        for name in ("decoder_self_attention", "cross_attention"):
+            if d[name] is None:
+                del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:

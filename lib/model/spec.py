@@ -87,7 +87,6 @@ def smoothing_spec(base: Sequence[dict], sdef: dict, n_layers: int, *, key: str 
         return out
 
     layers = smoothing_layers(sdef.get("layers"), opts["prior"], n_layers, key=key)
-
     smooth = {name: val for name, val in opts.items()
               if not (name in ("recursive", "train_only", "per_head") and val is False)
               and not (name == "band_outside" and val == "literal") and val is not None}

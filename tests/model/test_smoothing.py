@@ -20,7 +20,13 @@ from lib.model.attention import (
     build_attention,
 )
 from lib.model.dropout import dropout
-from lib.model.s2t_transformer import MultiheadAttention, S2TTransformer, SmoothedMultiheadAttention, model_config
+from lib.model.s2t_transformer import (
+    ModelConfig,
+    MultiheadAttention,
+    S2TTransformer,
+    SmoothedMultiheadAttention,
+    model_config,
+)
 from lib.model.spec import decoder_smoothing_specs, local_attention_spec, smoothing_spec
 
 D, H = 16, 2
@@ -761,8 +767,12 @@ def test_decoder_checkpoints_load() -> None:
     assert len(gates) == 4 and not set(gates) & set(loaded)  # layers 2-3, self and cross
     assert all((st.decoder.state_dict()[k] == 0).all() for k in gates)
     assert set(loaded) == {k for k in asr.decoder.state_dict() if k.startswith(("layers.", "layer_norm."))}
-    # config round trip (checkpoints store model_config as a plain dict)
-    assert model_config("tiny", vocab_size=V, decoder_layers=3, **spec).to_dict()["cross_attention"]["layers"] == [2, 3]
+    # config round trip (checkpoints store model_config as a plain dict); plain decoders keep the old dict
+    cfg = model_config("tiny", vocab_size=V, decoder_layers=3, **spec)
+    assert cfg.to_dict()["cross_attention"]["layers"] == [2, 3] and ModelConfig.from_dict(cfg.to_dict()) == cfg
+    plain = model_config("tiny", vocab_size=V)
+    assert not {"decoder_self_attention", "cross_attention"} & set(plain.to_dict())
+    assert ModelConfig.from_dict(plain.to_dict()) == plain
 
 
 @pytest.mark.parametrize("spec, needle", [
