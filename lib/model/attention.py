@@ -550,7 +550,8 @@ class SmoothedAttention(SelfAttention):
         p = prev_attn.to(dtype).masked_fill(~allowed, 0.0)  # (B, H, N, N)
         if self.window is None:
             return p  # rows of A_{l-1} already sum to 1 over the valid keys
-        return p / p.sum(-1, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
+        total = p.sum(-1, keepdim=True)  # (B, H, N, 1); 0 only for rows without allowed mass
+        return p / torch.where(total > 0, total, torch.ones_like(total))  # all-zero rows stay 0, no 0/0
 
     def gate(self, q: Tensor) -> Tensor:
         """Predicted coefficient g = σ(q_{b,h,i} · c_h): q (B, H, N, dh) unscaled -> (B, H, N, 1)."""

@@ -117,8 +117,9 @@ def test_rows_sum_to_one_padded_keys_zero_no_nan(name: str, window: int | None) 
     assert (w[3] == 0).all()  # the all-padding sample: finite all-zero rows
     if window is not None:
         assert (w[..., ~_window(n, window)] == 0).all()
-    # no NaN in the backward either (the renormalisation divides by clamped row sums)
-    res.out[~mask].sum().backward()
+    # no NaN in the backward either (the window renormalisation divides by row sums that can be 0),
+    # even with gradient arriving on padded rows
+    res.out.sum().backward()
     grads = [p.grad for p in m.parameters()] + ([prev.grad] if m.prior == "prev" else [])
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
 
