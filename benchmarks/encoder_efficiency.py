@@ -116,7 +116,7 @@ class EncoderStack(nn.Module):
 
     def forward(self, x: Tensor, padding_mask: Tensor) -> Tensor:
         for layer in self.layers:
-            x, _ = layer(x, padding_mask)
+            x, _, _ = layer(x, padding_mask)
         return x
 
 

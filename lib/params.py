@@ -14,7 +14,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 import yaml
@@ -121,6 +121,17 @@ def parse_section(cls: type[T], data: Any, prefix: str) -> T:
     return _from_dict(cls, data, prefix)
 
 
+def _check_repo_relative(value: str, key: str) -> None:
+    """An output path param must name a folder inside the repository: DVC declares outs relative
+    to it (dvc.yaml's ``${data.prepared_dir}/...``), an absolute (or ``~``) path would write outside the
+    workspace that DVC caches and checks out, and a ``..`` would escape it. Checked on the text
+    (no file system access), so a symlinked folder inside the repository stays the user's call."""
+    parts = PurePosixPath(value).parts
+    if not value.strip() or PurePosixPath(value).is_absolute() or value.startswith("~") or ".." in parts \
+            or all(part == "." for part in parts):
+        raise ParamError(f"{key}: must be a relative path inside the repository, got {value!r}")
+
+
 #: Metrics a run may select its best checkpoint by, and whether lower is better.
 LOWER_IS_BETTER = {"loss": True, "nll": True, "wer": True, "bleu": False, "chrf": False}
 #: Precision modes of ``train_*.amp`` (lib/precision.py resolves ``auto`` per device).
@@ -225,8 +236,11 @@ class CorpusParams:
 class DataParams:
     """``data``: where the MuST-C v1 root is (the demo corpus by default) and where prepared data goes."""
 
-    mustc_root: str
-    prepared_dir: str
+    mustc_root: str  # an input: may be absolute (a real MuST-C copy lives outside the repository)
+    prepared_dir: str  # an output: relative, inside the repository
+
+    def validate(self, prefix: str) -> None:
+        _check_repo_relative(self.prepared_dir, f"{prefix}.prepared_dir")
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ import json
 import sys
 from pathlib import Path
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib.corpus.demo import write_pair
+from lib.pool import WorkerDied
 
 
 def main() -> None:
@@ -27,10 +28,10 @@ def main() -> None:
                              progress=True, sentences_per_segment=c.sentences_per_segment,
                              sentence_pause_seconds=c.sentence_pause_seconds, rate_jitter=c.rate_jitter,
                              word_gap=c.word_gap)
-    except ValueError as e:
+    except (ValueError, WorkerDied) as e:
         sys.exit(f"error: {e}")
     print(json.dumps(summary))
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib import layout
 from lib.io import atomic_write_json
@@ -30,4 +30,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib import layout
 from lib.analysis.health import health_stage
@@ -52,4 +52,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

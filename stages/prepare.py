@@ -10,10 +10,13 @@ import json
 import sys
 from pathlib import Path
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib.data.mustc import CorpusError
 from lib.data.prepare import prepare_pair
+from lib.data.store import InsufficientSpaceError
+from lib.params import ParamError
+from lib.pool import WorkerDied
 
 
 def main() -> None:
@@ -25,10 +28,10 @@ def main() -> None:
     root = root if root.is_absolute() else ROOT / root
     try:
         report = prepare_pair(root, args.pair, ROOT / p.data.prepared_dir / args.pair, p.prepare)
-    except CorpusError as e:
+    except (CorpusError, ParamError, InsufficientSpaceError, WorkerDied) as e:
         sys.exit(f"error: {e}")
     print(json.dumps(report))
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

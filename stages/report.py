@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib import layout
 from lib.io import atomic_write_json, atomic_write_text
@@ -30,4 +30,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

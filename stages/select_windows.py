@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib.analysis.pipeline import PairPaths, select_windows_pair, table_markdown
 
@@ -39,4 +39,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

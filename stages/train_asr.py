@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib.train.loop import init_distributed
 from lib.train.run import adopt_shared_asr, run, spec_from_params, write_unused_shared_asr
@@ -50,4 +50,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

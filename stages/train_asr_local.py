@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib.io import atomic_write_json
 from lib.layout import RunPaths
@@ -54,4 +54,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib.train.loop import init_distributed
 from lib.train.run import run, spec_from_params
@@ -27,4 +27,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from _common import ROOT, stage_params
+from _common import ROOT, run_stage, stage_params
 
 from lib.train.loop import init_distributed
 from lib.train.run import local_encoder_attention, run, spec_from_params
@@ -38,4 +38,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

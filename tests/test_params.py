@@ -36,6 +36,14 @@ def test_repo_params_load() -> None:
     (lambda p: p.__setitem__("pairs", ["de-en"]), "pairs[0]"),
     (lambda p: p["corpus"].__setitem__("pause_seconds", [1.0, 0.5]), "corpus.pause_seconds"),
     (lambda p: p["data"].__setitem__("mustc_root", 3), "data.mustc_root"),
+    # an output path must stay inside the repository (DVC tracks outs there; '/tmp/x' would be written
+    # outside it, '..' would escape it)
+    (lambda p: p["data"].__setitem__("prepared_dir", "/tmp/x"),
+     "data.prepared_dir: must be a relative path inside the repository, got '/tmp/x'"),
+    (lambda p: p["data"].__setitem__("prepared_dir", "../prepared"), "data.prepared_dir: .*'../prepared'"),
+    (lambda p: p["data"].__setitem__("prepared_dir", "data/../../x"), "data.prepared_dir: .*'data/../../x'"),
+    (lambda p: p["data"].__setitem__("prepared_dir", ""), "data.prepared_dir"),
+    (lambda p: p["data"].__setitem__("prepared_dir", "."), "data.prepared_dir"),
     (lambda p: p["local"].__setitem__("asr_pretraining", "full"), "local.asr_pretraining"),
     (lambda p: p["local"].__setitem__("windows", [4]), "local.windows"),
     # top-level typos stop like typos inside a section (there is no bag of unknown sections)
@@ -53,6 +61,12 @@ def test_repo_params_load() -> None:
 def test_bad_values_name_the_key(tmp_path: Path, mutate, key: str) -> None:
     with pytest.raises(ParamError, match=key.replace("[", r"\[").replace("]", r"\]")):
         load_params(_write(tmp_path, mutate))
+
+
+def test_mustc_root_may_be_absolute(tmp_path: Path) -> None:
+    """data.mustc_root is an input: a real MuST-C copy lives outside the repository."""
+    p = load_params(_write(tmp_path, lambda p: p["data"].__setitem__("mustc_root", "/data/MUSTC_v1.0")))
+    assert p.data.mustc_root == "/data/MUSTC_v1.0" and p.data.prepared_dir == "data/prepared"
 
 
 def test_every_section_is_typed() -> None:

@@ -5,6 +5,7 @@ plots; a second `dvc repro` is a no-op; changing a param marks exactly the stage
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -16,63 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
-
-TRAIN_TINY = {"max_updates": 3, "warmup_updates": 2, "max_frames": 2000, "eval_every": 2, "save_every": 1,
-              "average_last": 2}
-TINY = {
-    "pairs": ["en-de", "en-es"],
-    "seeds": [1],
-    "corpus": {"splits": {"train": 24, "dev": 6, "tst-COMMON": 6}, "segments_per_talk": 6, "n_speakers": 4,
-               "workers": 1},
-    "prepare": {"asr_vocab_size": 60, "st_vocab_size": 60, "workers": 1},
-    "model": {"size": "tiny", "overrides": {"encoder_layers": 4}},
-    "train_asr": TRAIN_TINY,
-    "train_st": TRAIN_TINY,
-    "decode": {"beam": 2, "max_len_b": 10, "dev_sentences": 3},
-    "analysis": {"samples": 3, "window_samples": 4, "full_layers": 2, "transparency_samples": 1},
-}
-
-
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-    return out
-
-
-def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def _copy_repo(dst: Path) -> None:
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
-    outputs = ("runs/", "reports/", "data/", "metrics/", "plots/")  # pipeline outputs: rebuilt by the run
-    benchmark = ("metrics/efficiency.", "plots/efficiency/")  # committed benchmark results the report embeds
-    for rel in filter(None, files):
-        if rel.startswith(outputs) and not rel.endswith(".gitkeep") and not rel.startswith(benchmark):
-            continue
-        src = REPO / rel
-        if src.is_file():
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst / rel)
+from tests.dvc_repo import REPO, TINY, TRAIN_TINY, VENV_BIN, git_commit, make_repo, merge
+from tests.dvc_repo import run as _run
 
 
 @pytest.fixture(scope="module")
 def tiny_repo(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("repo")
-    _copy_repo(root)
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    (root / "params.yaml").write_text(yaml.safe_dump(_merge(params, TINY), sort_keys=False))
-    _run(["git", "init", "-q"], root)
-    _run(["git", "add", "-A"], root)
-    _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"], root)
+    root = make_repo(tmp_path_factory.mktemp("repo"), merge(params, TINY))
     _run(["dvc", "repro"], root)
     return root
 
@@ -193,11 +145,70 @@ def test_corpus_is_byte_identical_for_same_params(tiny_repo: Path, tmp_path: Pat
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
 
 
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def _cached_objects(repo: Path) -> set[str]:
+    """The md5 of every output of the pipeline's stages in dvc.lock (which also keeps the entries of
+    stages no longer in the pipeline, e.g. of a pair left out) that DVC caches (the ones git does
+    not track; `cache: false` metrics, plots and the report are committed to git) and, for a
+    directory, its .dir listing and the files it lists (read from ``repo``'s cache)."""
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    stages = set(_run(["dvc", "stage", "list", "--name-only"], repo).stdout.split())
+    tracked = _run(["git", "ls-files"], repo).stdout.splitlines()
+    objects = set()
+    for name, stage in lock["stages"].items():
+        if name not in stages:
+            continue
+        for out in stage.get("outs", []):
+            assert "/checkpoints" not in out["path"] and "/live" not in out["path"], out["path"]
+            if any(t == out["path"] or t.startswith(out["path"] + "/") for t in tracked):
+                continue
+            objects.add(out["md5"])
+            if out["md5"].endswith(".dir"):
+                listing = repo / ".dvc/cache/files/md5" / out["md5"][:2] / out["md5"][2:]
+                objects |= {entry["md5"] for entry in json.loads(listing.read_text())}
+    return objects
+
+
+@pytest.mark.slow
+def test_results_round_trip_through_a_dvc_remote(tiny_repo: Path, tmp_path: Path) -> None:
+    """README, "Sharing results through a DVC remote": commit, add a default remote, push; a fresh
+    clone pulls and is up to date (nothing reruns, no metric differs). The remote holds exactly the
+    outputs in dvc.lock: no training resume state (runs/<run>/checkpoints/, live/)."""
+    store = tmp_path / "dvc-store"
+    _run(["dvc", "remote", "add", "-d", "store", str(store)], tiny_repo)
+    git_commit(tiny_repo, "results, and the remote they are pushed to")
+    _run(["dvc", "push"], tiny_repo)
+
+    pushed = {p.parent.name + p.name for p in (store / "files/md5").glob("*/*")}
+    expected = _cached_objects(tiny_repo)
+    assert _md5(tiny_repo / "runs/baseline/en-de/seed1/model.pt") in expected  # the models are outputs
+    assert pushed == expected
+    resume_state = [p for d in (tiny_repo / "runs").rglob("*") if d.name in ("checkpoints", "live")
+                    for p in d.rglob("*") if p.is_file()]
+    assert any(p.name == "last.pt" for p in resume_state) and any(p.suffix == ".tsv" for p in resume_state)
+    assert not {_md5(p) for p in resume_state} & pushed
+
+    # the stages wrote bytecode into lib/ (directory deps), which a fresh clone lacks (.dvcignore)
+    assert list((tiny_repo / "lib").rglob("__pycache__/*.pyc"))
+    clone = tmp_path / "clone"
+    _run(["git", "clone", "-q", str(tiny_repo), str(clone)], tmp_path)
+    _run(["dvc", "pull"], clone)
+    assert json.loads(_run(["dvc", "status", "--json"], clone).stdout) == {}
+    out = _run(["dvc", "repro"], clone).stdout
+    assert "Running stage" not in out, out
+    assert json.loads(_run(["dvc", "metrics", "diff", "--json"], clone).stdout or "{}") == {}
+    for rel in ("runs/baseline/en-de/seed1/model.pt", "data/windows/en-de/windows.json", "reports/report.md"):
+        assert (clone / rel).read_bytes() == (tiny_repo / rel).read_bytes(), rel
+    assert not [p for p in (clone / "runs").rglob("*") if p.name in ("checkpoints", "live")]
+
+
 @pytest.mark.slow
 def test_exp_run_then_metrics_diff_shows_the_change(tiny_repo: Path) -> None:
     """What a user does: commit the results, run an experiment with one param changed, diff metrics."""
-    _run(["git", "add", "-A"], tiny_repo)
-    _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results"], tiny_repo)
+    git_commit(tiny_repo, "results")
     _run(["dvc", "exp", "run", "-S", "train_st.max_updates=4"], tiny_repo)
     diff = json.loads(_run(["dvc", "metrics", "diff", "--json"], tiny_repo).stdout)
     st = diff["metrics/baseline/en-de/seed1.json"]

@@ -206,7 +206,6 @@ def analyze_pair(paths: PairPaths, ap: AnalysisParams, *, progress: bool = True)
     n_tokens: list[int] = []
     t0 = time.perf_counter()
     with atomic_dir(paths.analysis_dir) as out:
-        out.chmod(0o755)  # mkdtemp makes it 0700
         (out / "transparency").mkdir()
         for role, (model_path, producer) in models.items():
             model, meta = load_model(model_path, producer=producer)
@@ -353,7 +352,6 @@ def select_windows_pair(paths: PairPaths, ap: AnalysisParams, *, progress: bool 
         "encoder_attention": specs,
     }
     with atomic_dir(paths.windows_dir) as out:
-        out.chmod(0o755)  # mkdtemp makes it 0700
         atomic_write_json(out / "windows.json", result)
         atomic_write_json(out / "per_sentence.json", {
             "split": ap.window_split, "ids": ids, "n_tokens": n_tokens,

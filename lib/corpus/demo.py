@@ -19,13 +19,16 @@ dev/test sentence was seen in training.
 
 Everything is driven by a seed derived from ``(seed, pair)``; the same parameters give
 byte-identical files (synthesis runs in worker processes but results are consumed in order).
+Workers run in a :mod:`lib.pool` pool: a worker that dies (SIGKILL from the out-of-memory killer,
+a crash in eSpeak) ends the stage with an error naming it rather than hanging it, and Ctrl-C is
+handled by the parent alone.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import random
 import sys
 import zlib
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -37,6 +40,7 @@ from tqdm import tqdm
 from lib.corpus import grammar
 from lib.corpus.speech import DEFAULT_VOICES, Synthesizer, Voice
 from lib.io import atomic_dir
+from lib.pool import ordered_results, worker_pool
 
 SAMPLE_RATE = 16000
 SPLIT_ORDER = ("train", "dev", "tst-COMMON")
@@ -187,8 +191,9 @@ def _rendered(plans: list[TalkPlan], noise_level: float, workers: int) -> Iterat
         yield from map(_render_star, jobs)
         return
     # fork is cheap (no re-import of torch); elsewhere spawn is the only safe choice.
-    with mp.get_context("fork" if sys.platform == "linux" else "spawn").Pool(workers) as pool:
-        yield from pool.imap(_render_star, jobs, chunksize=1)
+    with worker_pool(workers, "fork" if sys.platform == "linux" else "spawn") as pool:
+        yield from ordered_results(pool, _render_star, jobs, 2 * workers, what="a speech synthesis worker",
+                                   hint="lower corpus.workers")
 
 
 def yaml_entry(offset: float, duration: float, words: int, speaker_id: str, wav: str) -> str:
@@ -217,20 +222,22 @@ def write_pair(out_dir: Path, pair: str, splits: dict[str, int], seed: int, segm
         tgt_lines: dict[str, list[str]] = {s: [] for s in splits}
         audio_seconds: dict[str, float] = {s: 0.0 for s in splits}
         bar = tqdm(total=sum(splits.values()), desc=f"corpus {pair}", unit="seg", disable=not progress)
-        for plan, (pcm, spans) in zip(plans, _rendered(plans, noise_level, workers)):
-            wav_name = f"ted_{plan.talk_number}.wav"
-            wav_dir = tmp / "data" / plan.split / "wav"
-            wav_dir.mkdir(parents=True, exist_ok=True)
-            sf.write(wav_dir / wav_name, pcm, SAMPLE_RATE, subtype="PCM_16", format="WAV")
-            for segment, (start, length) in zip(plan.segments, spans):
-                english = segment.text("en")
-                yaml_lines[plan.split].append(yaml_entry(start / SAMPLE_RATE, length / SAMPLE_RATE,
-                                                         len(english.split()),
-                                                         plan.speaker.speaker_id, wav_name))
-                src_lines[plan.split].append(english + "\n")
-                tgt_lines[plan.split].append(segment.text(lang) + "\n")
-                audio_seconds[plan.split] += length / SAMPLE_RATE
-            bar.update(len(plan.segments))
+        # closing: an error here must stop the workers now, not when the generator is collected
+        with closing(_rendered(plans, noise_level, workers)) as rendered:
+            for plan, (pcm, spans) in zip(plans, rendered):
+                wav_name = f"ted_{plan.talk_number}.wav"
+                wav_dir = tmp / "data" / plan.split / "wav"
+                wav_dir.mkdir(parents=True, exist_ok=True)
+                sf.write(wav_dir / wav_name, pcm, SAMPLE_RATE, subtype="PCM_16", format="WAV")
+                for segment, (start, length) in zip(plan.segments, spans):
+                    english = segment.text("en")
+                    yaml_lines[plan.split].append(yaml_entry(start / SAMPLE_RATE, length / SAMPLE_RATE,
+                                                             len(english.split()),
+                                                             plan.speaker.speaker_id, wav_name))
+                    src_lines[plan.split].append(english + "\n")
+                    tgt_lines[plan.split].append(segment.text(lang) + "\n")
+                    audio_seconds[plan.split] += length / SAMPLE_RATE
+                bar.update(len(plan.segments))
         bar.close()
         for split in splits:
             txt = tmp / "data" / split / "txt"

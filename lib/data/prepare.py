@@ -13,11 +13,19 @@ fairseq's S2T MuST-C recipe (``examples/speech_to_text/prep_mustc_data.py``), re
    decided upfront and each split's feature store is created with its exact size.
 3. **Extract** talk by talk: a worker loads one talk, cuts its kept segments and computes their
    fbank; the parent writes them, in manifest order, into ``<split>.fbank.npy``. ``workers > 1``
-   uses a process pool with at most ``2 * workers`` talks in flight (memory bounded by a few
-   talks, not the corpus); ``workers == 1`` runs in-process. Every extraction runs with one torch
-   thread, so outputs are byte-identical whatever ``workers`` is.
+   uses a process pool (:mod:`lib.pool`) with at most ``2 * workers`` talks in flight (memory
+   bounded by a few talks, not the corpus); ``workers == 1`` runs in-process. Every extraction
+   runs with one torch thread, so outputs are byte-identical whatever ``workers`` is. A worker
+   that dies (the out-of-memory killer's SIGKILL) ends the run with :class:`lib.pool.WorkerDied`
+   naming it, instead of the hang a lost task gives with ``multiprocessing.Pool``; workers ignore
+   Ctrl-C, which the parent alone handles (cleanup, then KeyboardInterrupt propagates).
 4. **Vocabularies** (train split, kept segments): ``spm_asr.model`` on the English transcripts,
-   ``spm_st.model`` on the target translations.
+   ``spm_st.model`` on the target translations. A size SentencePiece cannot build raises a
+   :class:`~lib.params.ParamError` naming ``prepare.asr_vocab_size`` / ``prepare.st_vocab_size``.
+
+Between planning and writing, the free space of the output's file system is checked against the
+exact size of the feature stores (:func:`lib.data.store.check_free_space`): a full disk is an
+error naming the folder and the bytes, not a "Bus error" from the memory-mapped store.
 
 Everything is written into a temporary folder that replaces ``out_dir`` only on success
 (:func:`lib.io.atomic_dir`): a failure leaves no partial ``out_dir`` and an old one intact.
@@ -31,9 +39,7 @@ order; for MuST-C, whose yaml lists each talk's segments contiguously, this is t
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import multiprocessing as mp
-from collections import deque
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -57,10 +63,11 @@ from lib.data.mustc import (
     segment_bounds,
     yaml_path_for,
 )
-from lib.data.store import FeatureStoreWriter
-from lib.params import PrepareParams
-from lib.data.vocab import train_sentencepiece
+from lib.data.store import FeatureStoreWriter, check_free_space, store_nbytes
+from lib.params import ParamError, PrepareParams
+from lib.data.vocab import SentencePieceError, train_sentencepiece
 from lib.io import atomic_dir, atomic_write_json
+from lib.pool import ignore_sigint, ordered_results, worker_pool
 
 DROP_REASONS = ("too_short", "empty_text", "too_long")
 ASR_MODEL, ST_MODEL, REPORT = "spm_asr.model", "spm_st.model", "report.json"
@@ -148,6 +155,8 @@ _Task = tuple[str, list[tuple[Segment, int, int]], int, int]  # wav, [(segment, 
 
 
 def _init_worker() -> None:
+    """Pool initializer: Ctrl-C is the parent's to handle; one torch thread (identical bytes)."""
+    ignore_sigint()
     torch.set_num_threads(1)
 
 
@@ -187,6 +196,9 @@ def _start_method() -> str:
     return "fork" if "fork" in mp.get_all_start_methods() else "spawn"
 
 
+WORKER_DIED_HINT = "lower prepare.workers (each worker holds a whole talk's audio and features)"
+
+
 def _features(tasks: list[_Task], pool: Any | None, max_in_flight: int) -> Iterator[list[np.ndarray]]:
     """Features of each task, in task order; at most ``max_in_flight`` talks submitted ahead."""
     if pool is None:
@@ -194,14 +206,8 @@ def _features(tasks: list[_Task], pool: Any | None, max_in_flight: int) -> Itera
             for task in tasks:
                 yield _extract_talk(task)
         return
-    it = iter(tasks)
-    pending = deque(pool.apply_async(_extract_talk, (t,)) for t in itertools.islice(it, max_in_flight))
-    while pending:
-        result = pending.popleft().get()
-        nxt = next(it, None)
-        if nxt is not None:
-            pending.append(pool.apply_async(_extract_talk, (nxt,)))
-        yield result
+    yield from ordered_results(pool, _extract_talk, tasks, max_in_flight, what="a preprocessing worker",
+                               hint=WORKER_DIED_HINT)
 
 
 def _write_split(p: _SplitPlan, tmp: Path, cfg: PrepareParams, pool: Any | None, pair: str,
@@ -237,7 +243,11 @@ def prepare_pair(mustc_root: Path, pair: str, out_dir: Path, cfg: PrepareParams,
     Returns the report (also written to ``out_dir/report.json``): per split the segments read,
     kept, dropped by reason, talks, kept frames and kept audio seconds; the requested and actual
     vocabulary sizes; the settings that determine the output (``workers`` is left out: it does
-    not change a byte). Raises :class:`CorpusError` for bad input, before any heavy work.
+    not change a byte). Raises :class:`CorpusError` for bad input, before any heavy work;
+    :class:`~lib.data.store.InsufficientSpaceError` when the stores would not fit on the output's
+    file system, before anything is written; :class:`~lib.params.ParamError` for a vocabulary size
+    SentencePiece cannot build; :class:`~lib.pool.WorkerDied` when a worker process dies. On any
+    failure, KeyboardInterrupt included, no temporary folder is left and an old ``out_dir`` is kept.
     """
     sample_rate = SAMPLE_RATE
     plans = plan(Path(mustc_root), pair, cfg, sample_rate)
@@ -264,17 +274,24 @@ def prepare_pair(mustc_root: Path, pair: str, out_dir: Path, cfg: PrepareParams,
         }
     report["config"]["splits"] = list(cfg.splits)
 
-    with atomic_dir(Path(out_dir)) as tmp:
+    out_dir = Path(out_dir)
+    check_free_space(sum(store_nbytes(r["kept_frames"], cfg.n_mels) for r in report["splits"].values()),
+                     out_dir.parent)
+    with atomic_dir(out_dir) as tmp:
         for key, model, texts, size in (
             ("asr", ASR_MODEL, [it.segment.src_text for it in train_kept], cfg.asr_vocab_size),
             ("st", ST_MODEL, [it.segment.tgt_text for it in train_kept], cfg.st_vocab_size),
         ):
-            actual = train_sentencepiece(texts, tmp / model, size)
+            try:
+                actual = train_sentencepiece(texts, tmp / model, size)
+            except SentencePieceError as e:
+                side = "source transcripts" if key == "asr" else "target translations"
+                raise ParamError(f"prepare.{key}_vocab_size: {size} does not work for the {cfg.train_split} "
+                                 f"split's {side}: {e.reason}") from None
             report["vocab"][key] = {"model": model, "requested": size, "actual": actual}
 
         if cfg.workers > 1:
-            ctx = mp.get_context(_start_method())
-            with ctx.Pool(cfg.workers, initializer=_init_worker) as pool:
+            with worker_pool(cfg.workers, _start_method(), initializer=_init_worker) as pool:
                 for p in plans:
                     _write_split(p, tmp, cfg, pool, pair, progress, sample_rate)
         else:

@@ -9,16 +9,76 @@ the file is written once, without growing or concatenating, and its bytes are a 
 the features alone. Reading maps the file lazily (``np.load(mmap_mode="r")``) and copies out
 one utterance: random access to any utterance costs one page-cache read, with no per-utterance
 files and no unzipping.
+
+The map is sparse until written: a file system that runs full while the map is filled answers with
+SIGBUS (the process dies with "Bus error", no message). Hence :func:`check_free_space` (callers
+check the planned total before writing anything) and the writer reserves the file's blocks
+upfront (``posix_fallocate``), which turns a disk filled by someone else meanwhile into an
+:class:`InsufficientSpaceError` at creation instead of a crash mid-write.
 """
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from collections import OrderedDict
 from pathlib import Path
 from types import TracebackType
 
 import numpy as np
 from numpy.lib.format import open_memmap
+
+
+SPACE_MARGIN_BYTES = 64 * 1024**2
+"""Fixed part of :func:`check_free_space`'s safety margin (see there)."""
+SPACE_MARGIN_FRACTION = 0.01
+"""Proportional part of :func:`check_free_space`'s safety margin."""
+_NPY_HEADER_BYTES = 4096  # an upper bound: numpy writes a 128-byte header for a 2-d float32 array
+
+
+class InsufficientSpaceError(OSError):
+    """The target file system has too little free space for the output (message: folder, bytes)."""
+
+
+def store_nbytes(total_frames: int, n_mels: int) -> int:
+    """Upper bound of the size in bytes of a store file of ``total_frames`` rows."""
+    return _NPY_HEADER_BYTES + 4 * int(total_frames) * int(n_mels)
+
+
+def human_bytes(n: float) -> str:
+    """``12.3 GB`` (decimal units, as ``df -H`` prints them)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def _existing_ancestor(folder: Path) -> Path:
+    folder = Path(folder).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def check_free_space(needed: int, folder: Path, free: int | None = None) -> None:
+    """Raise :class:`InsufficientSpaceError` unless ``folder``'s file system has room for
+    ``needed`` bytes plus a safety margin, before anything is written.
+
+    The margin, ``max(64 MiB, 1 % of needed)``, covers what the byte count leaves out (the
+    manifests, vocabularies and report next to the stores, file system metadata) and leaves the
+    disk not filled to its last byte. ``free`` defaults to ``shutil.disk_usage`` of ``folder``
+    (or of its nearest existing ancestor, when it does not exist yet). Without this check a full
+    disk shows up as SIGBUS in the middle of writing a memory-mapped store.
+    """
+    if free is None:
+        free = shutil.disk_usage(_existing_ancestor(folder)).free
+    margin = max(SPACE_MARGIN_BYTES, int(SPACE_MARGIN_FRACTION * needed))
+    if needed + margin > free:
+        raise InsufficientSpaceError(
+            f"{folder}: not enough free disk space: needs {human_bytes(needed)} ({needed:,} bytes, plus a "
+            f"{human_bytes(margin)} safety margin), {human_bytes(free)} free ({free:,} bytes)"
+        )
 
 
 def make_ref(file_name: str, start: int, n_frames: int) -> str:
@@ -58,6 +118,11 @@ class FeatureStoreWriter:
         self._mm: np.memmap | None = open_memmap(
             self.path, mode="w+", dtype=np.float32, shape=(self.total_frames, self.n_mels)
         )
+        try:
+            _reserve(self.path)
+        except BaseException:
+            self._mm = None
+            raise
 
     def write(self, feats: np.ndarray) -> str:
         """Append ``feats`` ``(n, n_mels)``; returns ``"<file name>:<start>:<n>"``."""
@@ -95,6 +160,28 @@ class FeatureStoreWriter:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close(check=exc_type is None)
+
+
+def _reserve(path: Path) -> None:
+    """Allocate every block of ``path`` now (see the module docstring); InsufficientSpaceError if
+    the file system cannot. A no-op where the file system or OS does not support it."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    size = path.stat().st_size
+    if size == 0:
+        return
+    with open(path, "r+b") as f:
+        try:
+            os.posix_fallocate(f.fileno(), 0, size)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                free = shutil.disk_usage(path.parent).free
+                raise InsufficientSpaceError(
+                    f"{path}: no space left to reserve {human_bytes(size)} ({size:,} bytes) for the feature "
+                    f"store; {human_bytes(free)} free"
+                ) from None
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
 
 
 _CACHE_SIZE = 8

@@ -7,6 +7,7 @@ input texts give a byte-identical model file; the file is written atomically.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,6 +20,20 @@ SEED = 1234
 """Seed of SentencePiece's global random generator, set before every training run."""
 
 
+class SentencePieceError(ValueError):
+    """SentencePiece could not train a model; ``reason`` is its own message, without the C++
+    source location, for callers that name the param at fault instead of the (temporary) path."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _reason(e: RuntimeError) -> str:
+    """``INTERNAL: src/x.cc(638) [cond] Vocabulary size is ...`` -> ``Vocabulary size is ...``."""
+    return re.sub(r"^\w+: \S+\(\d+\) \[[^\]]*\] ", "", str(e)).strip()
+
+
 def train_sentencepiece(texts: Iterable[str], model_path: Path, vocab_size: int, *,
                         character_coverage: float = 1.0) -> int:
     """Train a unigram model on ``texts`` (one sentence each) and write it to ``model_path``.
@@ -28,7 +43,7 @@ def train_sentencepiece(texts: Iterable[str], model_path: Path, vocab_size: int,
     cannot fill ``vocab_size`` pieces, the model is smaller than requested instead of failing,
     so callers must use the returned size (or the loaded model's ``get_piece_size()``).
     ``vocab_size`` must still cover every character (at ``character_coverage``) plus the 4
-    special tokens: ValueError otherwise. Empty or whitespace-only texts are skipped.
+    special tokens: :class:`SentencePieceError` (a ValueError) otherwise. Empty or whitespace-only texts are skipped.
     """
     model_path = Path(model_path)
     sentences = [t for t in texts if t.strip()]
@@ -57,7 +72,8 @@ def train_sentencepiece(texts: Iterable[str], model_path: Path, vocab_size: int,
             minloglevel=2,
         )
     except RuntimeError as e:
-        raise ValueError(f"{model_path}: SentencePiece training failed (vocab_size={vocab_size}): {e}") from None
+        raise SentencePieceError(f"{model_path}: SentencePiece training failed (vocab_size={vocab_size}): {e}",
+                                 _reason(e)) from None
     data = buf.getvalue()
     actual = spm.SentencePieceProcessor(model_proto=data).get_piece_size()
     atomic_write_bytes(model_path, data)

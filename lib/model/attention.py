@@ -31,13 +31,20 @@ keys as keyword arguments of ``__init__`` and registers itself with
                                   return_weights=need_weights)
             return res if need_weights else (res, None)
 
+Registered variants: ``full``, ``local`` (the paper's Section 4), ``banded`` (local through a dense
+mask, analysis only) and ``smooth`` (attention-weight smoothing with prior distributions, seed 002:
+:class:`SmoothedAttention`, specs/variants.md §1).
+
 Hooks for the later systems:
 
-* ``prev_attn`` -- the previous encoder layer's attention weights (B, H, N, N). The encoder
-  only computes and forwards them when the receiving module's class sets
-  ``needs_prev_attn = True`` (attention smoothing with the previous layer as prior), so full
-  models never materialise weights they do not need. The weights a module *returns* are what
-  the next layer receives (for recursive smoothing: the smoothed weights).
+* ``prev_attn`` -- what the previous encoder layer handed on as its ``carry`` (B, H, N, N). The
+  encoder only computes and forwards it when the receiving module sets ``needs_prev_attn = True``
+  (attention smoothing with the previous layer as prior; read on the instance, so a variant may
+  set it per instance in ``__init__``), so full models never materialise weights they do not
+  need. ``attend`` returns ``(ctx, weights)`` or ``(ctx, weights, carry)``: ``weights`` are the
+  *effective* weights that multiplied V (analysis, contributions), ``carry`` what the next layer
+  receives as ``prev_attn`` (default: ``weights``; non-recursive smoothing hands on the *raw*
+  softmax instead, specs/variants.md §0.1).
 * ``task`` -- a (B,) long tensor of task ids (target-language index) that reaches every encoder
   attention module (per-task head selection). ``proj_heads`` lets a head-selection variant
   project more candidate heads (H' > H) than it merges.
@@ -58,6 +65,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lib.model.config import smoothing_options
 from lib.model.dropout import dropout
 
 __all__ = [
@@ -65,9 +73,13 @@ __all__ = [
     "AttentionOutput",
     "FullAttention",
     "SelfAttention",
+    "SmoothedAttention",
+    "band_logit_matrix",
     "build_attention",
     "mask_bias",
+    "predicted_gate",
     "register_attention",
+    "uniform_prior",
 ]
 
 
@@ -104,6 +116,7 @@ def key_padding_bias(key_padding_mask: Tensor | None, dtype: torch.dtype) -> Ten
 class AttentionOutput:
     out: Tensor  # (B, N, d)
     weights: Tensor | None  # (B, H, N, N) post-softmax, pre-dropout; only when need_weights
+    carry: Tensor | None = None  # (B, H, N, N) the next layer's prev_attn (default: weights); only when need_weights
 
 
 class SelfAttention(nn.Module):
@@ -218,19 +231,20 @@ class SelfAttention(nn.Module):
         prev_attn: Tensor | None = None,
         task: Tensor | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor | None]:
         """Core attention on split heads.
 
         Args:
             q, k, v: (B, H_proj, N, dh), unscaled.
             key_padding_mask: (B, N) bool, True = padding, or None.
-            prev_attn: previous encoder layer's weights (B, H, N, N) if ``needs_prev_attn``.
+            prev_attn: previous encoder layer's carry (B, H, N, N) if ``needs_prev_attn``.
             task: (B,) long task ids, or None.
             need_weights: whether the caller wants the weights back.
 
         Returns:
             ctx (B, H, N, dh) and the post-softmax, pre-dropout weights (B, H, N, N) when
-            ``need_weights`` (None otherwise is fine).
+            ``need_weights`` (None otherwise is fine); optionally a third element, the carry
+            (B, H, N, N) handed to the next layer as ``prev_attn`` (default: the weights).
         """
         raise NotImplementedError(f"{type(self).__name__} must implement attend()")
 
@@ -244,11 +258,13 @@ class SelfAttention(nn.Module):
         need_weights: bool = False,
     ) -> AttentionOutput:
         q, k, v = self._project(x)
-        ctx, weights = self.attend(
-            q, k, v, key_padding_mask, prev_attn=prev_attn, task=task, need_weights=need_weights
-        )
+        res = self.attend(q, k, v, key_padding_mask, prev_attn=prev_attn, task=task, need_weights=need_weights)
+        ctx, weights = res[0], res[1]
+        carry = res[2] if len(res) == 3 else weights
         out = self.out_proj(self._merge(ctx))
-        return AttentionOutput(out=out, weights=weights if need_weights else None)
+        if not need_weights:
+            return AttentionOutput(out=out, weights=None, carry=None)
+        return AttentionOutput(out=out, weights=weights, carry=carry)
 
     def extra_repr(self) -> str:
         return (
@@ -363,6 +379,207 @@ class BandedAttention(FullAttention):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, window={self.window}"
+
+
+# ----------------------------------------------------------------------------------------
+# Smoothing with prior distributions (seed 002, Maekaku et al. 2022; specs/variants.md §1)
+# ----------------------------------------------------------------------------------------
+
+
+def band_logit_matrix(b: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """The seed's band matrix of the truncated prior (specs/variants.md §1.2), closed form.
+
+    Seed construction (0-based): a zero matrix Z (N, N + k - 1), row i gets ``b`` in columns
+    i .. i + k - 1, keep N columns from c0 = ceil(k / 2) - 1. Equivalently
+    ``Bl[i, j] = b[j - i + c0]`` if ``0 <= j - i + c0 < k``, else 0 (logit 0, not -inf: §1.4 A3).
+    Odd k = 2m + 1: centred, b[m] on the diagonal; even k (only reachable by calling this
+    directly; specs reject it): lopsided one step to the future.
+
+    Args:
+        b: (..., k) band logits (a leading head dimension is kept).
+        n: sequence length N.
+
+    Returns:
+        Bl (..., N, N) and the in-band mask (N, N) bool.
+    """
+    k = b.shape[-1]
+    c0 = (k + 1) // 2 - 1  # ceil(k / 2) - 1
+    pos = torch.arange(n, device=b.device)
+    offset = pos[None, :] - pos[:, None] + c0  # (N, N): index into b
+    inside = (offset >= 0) & (offset < k)  # (N, N)
+    logits = b[..., offset.clamp(0, k - 1)]  # (..., N, N)
+    return logits.masked_fill(~inside, 0.0), inside
+
+
+def uniform_prior(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """Uniform prior over the allowed keys (specs/variants.md §1.2, §1.4 A1): ``allowed`` (..., N_q, N_k)
+    bool -> (..., N_q, N_k) with 1 / #allowed on the allowed keys (1 / T_b over valid frames, 1 / (i+1)
+    over a causal prefix, 1 / |W_i| on a window), 0 elsewhere, all-zero rows where nothing is allowed."""
+    m = allowed.to(dtype)
+    return m / m.sum(-1, keepdim=True).clamp_min(1.0)
+
+
+def predicted_gate(q: Tensor, c: Tensor) -> Tensor:
+    """Predicted interpolation coefficient g_{b,h,i} = σ(q_{b,h,i} · c_h) (§1.2, §1.4 A6): the seed's
+    σ(X' W^q c) split into per-head partial dot products. q (B, H, N, dh) unscaled (bias included),
+    c (H · dh,) -> g (B, H, N, 1)."""
+    H, dh = q.shape[1], q.shape[3]
+    return torch.sigmoid((q * c.view(H, dh)[None, :, None, :]).sum(-1, keepdim=True))  # (B, H, N, 1)
+
+
+@register_attention("smooth")
+class SmoothedAttention(SelfAttention):
+    """Attention-weight smoothing with a prior (seed 002; specs/variants.md §1.2, §1.4):
+
+        A'_l = (1 - γ) A_l + γ P_l            ctx = dropout(A'_l) V
+
+    with A_l = softmax(q k^T / sqrt(dh) + bias) the raw weights over the allowed keys (not padding,
+    inside the window when ``window`` is set) and P_l a row-stochastic prior over the same keys:
+
+    * ``uniform`` (relaxed attention): P[b, i, j] = m_b[j] / T_b with T_b the *valid* length
+      (§1.4 A1; the seed's "length of the subsampling", which Espresso reads as the padded length).
+    * ``band`` (truncated prior): P[i, :] = masked softmax of the band logits Bl[i, :]
+      (:func:`band_logit_matrix`), ``band_logits`` b (k,) per layer shared by the heads, or (H, k)
+      with ``per_head`` (A4), zeros at init (b = 0 gives the uniform prior). ``band_outside:
+      masked`` puts -inf instead of 0 off the band (a true box prior).
+    * ``prev``: P = the previous layer's carry, head h with head h (A5): its raw weights A_{l-1}
+      (``recursive: false``), or Ā_{l-1} (``recursive: true``: Ā_l = A'_l for smoothed layers, A_l
+      otherwise). Layer 1 has no layer below (A2): ValueError at run time if no prev_attn arrives.
+    * ``gamma: predicted`` (with ``prev``, recursive): γ is replaced per head and query by
+      g = σ(q_{b,h,i} · c_h) (B, H, N, 1), q the unscaled projected query (bias included, W^q
+      shared with attention, not detached), ``gate_vector`` c (H·dh,) zeros at init (g = 0.5; A6).
+
+    ``window`` w (local attention underneath): A_l and P_l are both restricted to
+    W_i = {j valid: |i - j| <= (w - 1) / 2} and P renormalised there (uniform -> 1/|W_i|, band ->
+    softmax over W_i, prev -> A_{l-1} renormalised), so A' is exactly 0 outside the window. Dense
+    O(N^2) path: no speed is claimed.
+
+    ``train_only`` (relaxed attention, Q5/A8): smoothing in training only; at inference the layer
+    is exactly the plain full (or local) attention. Default False as in §1.3's class signature
+    (the relaxed defs of params.yaml set it to true explicitly).
+
+    Returned ``weights`` are A' before dropout; the ``carry`` to the next layer is the raw A_l for
+    non-recursive ``prev`` (A9) and A'_l otherwise. Gradients flow through the prior (nothing
+    detached). Padding: valid rows of A' sum to 1 over the valid keys, padded keys get exactly 0 in
+    every row, rows without any allowed key (an all-padding sample, a padded query whose window is
+    all padding) are all-zero and finite. Parameter names ``band_logits`` / ``gate_vector`` are
+    variant-only, so a full-attention checkpoint loads with them reported as missing.
+
+    Deviations from the seed (which the spec settles): T_b is the valid length (A1); layer 1 takes
+    no ``prev`` prior (A2); off-band logits are 0 (A3); k must be odd (A3).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        *,
+        prior: str,
+        gamma: float | str = 0.1,
+        recursive: bool = False,
+        train_only: bool = False,
+        k: int | None = None,
+        band_outside: str = "literal",
+        per_head: bool = False,
+        window: int | None = None,
+        rel_pos_max: int = 0,
+    ) -> None:
+        opts = smoothing_options(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
+                                 band_outside=band_outside, per_head=per_head, key="smooth")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1
+                                   or window % 2 == 0):
+            raise ValueError(f"smooth.window: must be a positive odd integer or None, got {window!r}")
+        if window is not None and rel_pos_max:
+            raise ValueError("the relative-position bias (model.overrides.rel_pos_bias) is not implemented for "
+                             "local attention (smooth.window)")
+        super().__init__(d_model, n_heads, dropout, rel_pos_max=rel_pos_max)
+        self.prior: str = opts["prior"]
+        self.gamma: float | str = opts["gamma"]
+        self.recursive: bool = opts["recursive"]
+        self.train_only: bool = opts["train_only"]
+        self.k: int | None = opts["k"]
+        self.band_outside: str = opts["band_outside"]
+        self.per_head: bool = opts["per_head"]
+        self.window: int | None = window
+        self.needs_prev_attn = self.prior == "prev"  # per instance (§0.1)
+        band_shape = (n_heads, self.k) if self.per_head else (self.k,)
+        self.band_logits = nn.Parameter(torch.zeros(band_shape)) if self.prior == "band" else None
+        self.gate_vector = nn.Parameter(torch.zeros(n_heads * self.head_dim)) if self.gamma == "predicted" else None
+
+    @property
+    def active(self) -> bool:
+        """False for ``train_only`` smoothing at inference (then the layer is plain attention)."""
+        return self.training or not self.train_only
+
+    def allowed_keys(self, key_padding_mask: Tensor | None, n: int, device: torch.device) -> Tensor:
+        """(B | 1, 1, N, N) bool: key j may be attended from query i (not padding, inside the window)."""
+        allowed = torch.ones(1, 1, n, n, dtype=torch.bool, device=device)
+        if key_padding_mask is not None:
+            allowed = allowed & ~key_padding_mask[:, None, None, :]  # (B, 1, N, N)
+        if self.window is not None:
+            pos = torch.arange(n, device=device)
+            allowed = allowed & ((pos[None, :] - pos[:, None]).abs() <= (self.window - 1) // 2)
+        return allowed
+
+    def raw_weights(self, q: Tensor, k: Tensor, allowed: Tensor) -> Tensor:
+        """A_l = softmax(q k^T / sqrt(dh) [+ rel. bias]) over the allowed keys: (B, H, N, N), exactly
+        0 on the other keys (all-zero rows where nothing is allowed)."""
+        scores = torch.matmul(q, k.transpose(-2, -1)) * self.scaling  # (B, H, N, N)
+        rel = self.relative_bias(q.shape[2], scores.dtype)
+        if rel is not None:
+            scores = scores + rel[None]
+        scores = scores + mask_bias(~allowed, scores.dtype)
+        return torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0)
+
+    def prior_weights(self, allowed: Tensor, prev_attn: Tensor | None, dtype: torch.dtype) -> Tensor:
+        """P_l (B | 1, H | 1, N, N) of §1.2, row-stochastic over the allowed keys (renormalised on
+        the window), exactly 0 on the other keys."""
+        n = allowed.shape[-1]
+        if self.prior == "uniform":
+            return uniform_prior(allowed, dtype)  # m_b[j] / T_b (or 1 / |W_i|)
+        if self.prior == "band":
+            logits, inside = band_logit_matrix(self.band_logits.to(dtype), n)  # (N, N) or (H, N, N)
+            if logits.dim() == 2:
+                logits = logits[None]  # (1, N, N): shared by the heads
+            ok = allowed & inside if self.band_outside == "masked" else allowed  # (B | 1, 1, N, N)
+            return torch.softmax(logits[None] + mask_bias(~ok, dtype), dim=-1).masked_fill(~ok, 0.0)
+        if prev_attn is None:
+            raise ValueError("smooth (prior: prev) got no prev_attn: the first encoder layer has no layer below "
+                             "(specs/variants.md §1.4 A2)")
+        p = prev_attn.to(dtype).masked_fill(~allowed, 0.0)  # (B, H, N, N)
+        if self.window is None:
+            return p  # rows of A_{l-1} already sum to 1 over the valid keys
+        total = p.sum(-1, keepdim=True)  # (B, H, N, 1); 0 only for rows without allowed mass
+        return p / torch.where(total > 0, total, torch.ones_like(total))  # all-zero rows stay 0, no 0/0
+
+    def gate(self, q: Tensor) -> Tensor:
+        """Predicted coefficient g = σ(q_{b,h,i} · c_h): q (B, H, N, dh) unscaled -> (B, H, N, 1)."""
+        return predicted_gate(q, self.gate_vector)
+
+    def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
+        if not self.active:  # relaxed attention at inference: the very code of the plain layer
+            plain = FullAttention if self.window is None else LocalAttention
+            return plain.attend(self, q, k, v, key_padding_mask, need_weights=need_weights)
+        allowed = self.allowed_keys(key_padding_mask, q.shape[2], q.device)  # (B | 1, 1, N, N)
+        raw = self.raw_weights(q, k, allowed)  # A_l (B, H, N, N)
+        prior = self.prior_weights(allowed, prev_attn, raw.dtype)  # P_l (B | 1, H | 1, N, N)
+        gamma = self.gate(q).to(raw.dtype) if self.gamma == "predicted" else self.gamma  # (B, H, N, 1) or float
+        weights = (1 - gamma) * raw + gamma * prior  # A'_l (B, H, N, N)
+        carry = raw if self.prior == "prev" and not self.recursive else weights
+        return self._weighted_sum(weights, v), weights, carry
+
+    def extra_repr(self) -> str:
+        extra = f", prior={self.prior}, gamma={self.gamma}"
+        if self.recursive:
+            extra += ", recursive=True"
+        if self.train_only:
+            extra += ", train_only=True"
+        if self.prior == "band":
+            extra += f", k={self.k}, band_outside={self.band_outside}" + (", per_head=True" if self.per_head else "")
+        if self.window is not None:
+            extra += f", window={self.window}"
+        return super().extra_repr() + extra
 
 
 # Keyword parameters of the base constructor are not spec keys (d_model / n_heads / dropout /

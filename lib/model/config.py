@@ -8,7 +8,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-__all__ = ["MODEL_SIZES", "SUBSAMPLER_NORMS", "ModelConfig", "model_config"]
+__all__ = [
+    "BAND_OUTSIDE",
+    "DEFAULT_BAND_K",
+    "DEFAULT_GAMMA",
+    "MODEL_SIZES",
+    "SMOOTHING_PRIORS",
+    "SUBSAMPLER_NORMS",
+    "ModelConfig",
+    "model_config",
+    "decoder_attention_spec",
+    "smoothing_layers",
+    "smoothing_options",
+]
 
 # ----------------------------------------------------------------------------------------
 
@@ -33,6 +45,11 @@ class ModelConfig:
     max_target_positions: int = 1024
     # One attention spec per encoder layer; None -> all {"type": "full"}.
     encoder_attention: list[dict] | None = None
+    # Decoder attention (specs/variants.md §0.3): one spec for all decoder layers, or None = plain
+    # attention (SDPA). {"type": "smooth", prior, gamma, recursive, train_only, layers} -- see
+    # decoder_attention_spec; "layers" (1-based) is filled with its default here.
+    decoder_self_attention: dict | None = None
+    cross_attention: dict | None = None
     # Optional CTC head on the encoder output (auxiliary ASR loss); None -> no head.
     ctc_vocab_size: int | None = None
     pad_idx: int = 1  # fairseq dictionary convention
@@ -57,6 +74,8 @@ class ModelConfig:
                 f"encoder_attention has {len(self.encoder_attention)} specs for "
                 f"{self.encoder_layers} encoder layers"
             )
+        for name in ("decoder_self_attention", "cross_attention"):
+            setattr(self, name, decoder_attention_spec(getattr(self, name), self.decoder_layers, key=name))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} not divisible by n_heads={self.n_heads}")
         if self.conv_channels % 2:
@@ -71,8 +90,15 @@ class ModelConfig:
             raise ValueError(f"scale_embedding must be true or false, got {self.scale_embedding!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True)."""
-        return asdict(self)
+        """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True).
+
+        Decoder attention specs are left out when None (plain attention), so the configs -- and the
+        resume fingerprints -- of models without decoder variants are those from before they existed."""
+        d = asdict(self)
+        for name in ("decoder_self_attention", "cross_attention"):
+            if d[name] is None:
+                del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -104,3 +130,107 @@ def model_config(size: str, **overrides: Any) -> ModelConfig:
     if size not in MODEL_SIZES:
         raise ValueError(f"unknown model size {size!r}; known: {sorted(MODEL_SIZES)}")
     return ModelConfig.from_dict({**MODEL_SIZES[size], **overrides})
+
+
+# ----------------------------------------------------------------------------------------
+# Attention smoothing options (specs/variants.md §1.3-1.4), shared by the attention module
+# (lib.model.attention.SmoothedAttention) and the params-level spec builder
+# (lib.model.spec.smoothing_spec) so that both reject the same values with the same words.
+
+SMOOTHING_PRIORS = ("uniform", "band", "prev")
+BAND_OUTSIDE = ("literal", "masked")
+DEFAULT_GAMMA = 0.1  # §1.4 A7: the seed gives no value
+DEFAULT_BAND_K = 13  # §1.4 A7: median of the locality paper's En-De windows
+
+
+def smoothing_options(
+    *,
+    prior: Any,
+    gamma: Any = DEFAULT_GAMMA,
+    recursive: Any = False,
+    train_only: Any = False,
+    k: Any = None,
+    band_outside: Any = "literal",
+    per_head: Any = False,
+    key: str = "smoothing",
+) -> dict[str, Any]:
+    """Validate and normalise one smoothing definition; ValueError naming ``<key>.<option>``.
+
+    Returns ``{prior, gamma, recursive, train_only, k, band_outside, per_head}`` with ``gamma`` a
+    float in [0, 1] or ``"predicted"`` and ``k`` an odd int for ``band`` (default 13), else None.
+    Rules (§1.2-1.4): ``recursive`` and ``gamma: predicted`` only with ``prior: prev``, and the
+    predicted coefficient only recursively (the seed's Eq. for g interpolates with A^rec_{l-1});
+    ``k``, ``band_outside``, ``per_head`` only with ``prior: band``; k odd (centred band, A3).
+    """
+    if prior not in SMOOTHING_PRIORS:
+        raise ValueError(f"{key}.prior: must be one of {list(SMOOTHING_PRIORS)}, got {prior!r}")
+    for name, val in (("recursive", recursive), ("train_only", train_only), ("per_head", per_head)):
+        if not isinstance(val, bool):
+            raise ValueError(f"{key}.{name}: must be true or false, got {val!r}")
+    if gamma == "predicted":
+        if prior != "prev" or not recursive:
+            raise ValueError(f"{key}.gamma: 'predicted' needs prior: prev and recursive: true "
+                             f"(the seed predicts g for recursive smoothing only), got prior {prior!r}, "
+                             f"recursive {recursive!r}")
+    elif isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"{key}.gamma: must be a number in [0, 1] or 'predicted', got {gamma!r}")
+    else:
+        gamma = float(gamma)
+    if recursive and prior != "prev":
+        raise ValueError(f"{key}.recursive: only the prev prior recurses, got prior {prior!r}")
+    if prior == "band":
+        k = DEFAULT_BAND_K if k is None else k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % 2 == 0:
+            raise ValueError(f"{key}.k: band width must be a positive odd integer (centred band), got {k!r}")
+        if band_outside not in BAND_OUTSIDE:
+            raise ValueError(f"{key}.band_outside: must be one of {list(BAND_OUTSIDE)}, got {band_outside!r}")
+    else:
+        for name, val, default in (("k", k, None), ("band_outside", band_outside, "literal"), ("per_head", per_head, False)):
+            if val != default:
+                raise ValueError(f"{key}.{name}: only applies to prior: band, got {val!r} with prior {prior!r}")
+    return dict(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
+                band_outside=band_outside, per_head=per_head)
+
+
+DECODER_ATTENTION_TYPES = ("smooth",)
+
+
+def smoothing_layers(layers: Any, prior: str, n_layers: int, *, key: str) -> list[int]:
+    """The 1-based layers a smoothing definition applies to (§1.2 "Layers"): default all layers for
+    uniform / band, 2..L for prev; ValueError naming ``<key>.layers`` for numbers outside 1..L,
+    duplicates, or layer 1 with the prev prior (no layer below, §1.4 A2)."""
+    if layers is None:
+        return list(range(2 if prior == "prev" else 1, n_layers + 1))
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, (list, tuple)):
+        raise ValueError(f"{key}.layers: must be a list of 1-based layer numbers, got {layers!r}")
+    for li in layers:
+        if isinstance(li, bool) or not isinstance(li, int) or not 1 <= li <= n_layers:
+            raise ValueError(f"{key}.layers: {li!r} is not a layer number in 1..{n_layers}")
+    if len(set(layers)) != len(layers):
+        raise ValueError(f"{key}.layers: duplicate layer numbers in {list(layers)}")
+    if prior == "prev" and 1 in layers:
+        raise ValueError(f"{key}.layers: layer 1 cannot take the prev prior (no layer below; specs/variants.md §1.4 A2)")
+    return sorted(layers)
+
+
+def decoder_attention_spec(spec: dict | None, n_layers: int, *, key: str) -> dict | None:
+    """Validate a decoder attention spec (``ModelConfig.decoder_self_attention`` / ``cross_attention``,
+    specs/variants.md §0.3): None (plain attention) or ``{"type": "smooth", prior, gamma, recursive,
+    train_only, layers}`` with prior uniform | prev (the band prior is encoder-only, §1.2). Returns a
+    normalised copy with ``layers`` filled; ValueError naming ``<key>.<option>``."""
+    if spec is None:
+        return None
+    if not isinstance(spec, dict) or spec.get("type") not in DECODER_ATTENTION_TYPES:
+        raise ValueError(f"{key}: expected None or a dict with type in {list(DECODER_ATTENTION_TYPES)}, got {spec!r}")
+    allowed = {"type", "prior", "gamma", "recursive", "train_only", "layers"}
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    if spec.get("prior") == "band":
+        raise ValueError(f"{key}.prior: the band prior is defined for encoder self-attention only")
+    if "prior" not in spec:
+        raise ValueError(f"{key}.prior: missing (uniform or prev)")
+    opts = smoothing_options(**{k: v for k, v in spec.items() if k not in ("type", "layers")}, key=key)
+    layers = smoothing_layers(spec.get("layers"), opts["prior"], n_layers, key=key)
+    return {"type": spec["type"], "prior": opts["prior"], "gamma": opts["gamma"], "recursive": opts["recursive"],
+            "train_only": opts["train_only"], "layers": layers}

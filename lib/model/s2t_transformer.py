@@ -11,6 +11,8 @@ of Attention in Direct Speech Translation", Section 2 + Appendix B:
     prev_tokens (B, L)
       -> token embedding * sqrt(d) + sinusoidal positions -> dropout
       -> 6 pre-LN decoder layers (causal self-attn, cross-attn, FFN) -> final LayerNorm
+         (decoder attention: plain SDPA, or smoothed per ModelConfig.decoder_self_attention /
+         cross_attention, specs/variants.md §0.3)
       -> output projection (no bias, not tied to the input embedding)  = logits (B, L, V)
 
 d=256, 4 heads, FFN 2048, ReLU, dropout 0.1 everywhere; ~31 M parameters with an 8k vocab.
@@ -40,8 +42,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lib.model.attention import SelfAttention, build_attention, mask_bias
+from lib.model.attention import (
+    AttentionOutput,
+    SelfAttention,
+    build_attention,
+    mask_bias,
+    predicted_gate,
+    uniform_prior,
+)
 from lib.model.config import MODEL_SIZES, SUBSAMPLER_NORMS, ModelConfig, model_config  # noqa: F401 (re-exported)
+from lib.model.config import smoothing_options
 from lib.model.dropout import Dropout, dropout
 
 __all__ = [
@@ -56,6 +66,8 @@ __all__ = [
     "S2TTransformer",
     "S2TTransformerDecoder",
     "S2TTransformerEncoder",
+    "SmoothedMultiheadAttention",
+    "build_decoder_attention",
     "model_config",
     "subsampled_lengths",
 ]
@@ -177,7 +189,9 @@ class EncoderLayer(nn.Module):
         prev_attn: Tensor | None = None,
         task: Tensor | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Returns the layer output (B, N, d), the attention weights (effective, pre-dropout) and the
+        carry for the next layer's ``prev_attn`` (both (B, H, N, N), None unless ``need_weights``)."""
         a = self.self_attn(
             self.self_attn_layer_norm(x),
             padding_mask,
@@ -187,7 +201,7 @@ class EncoderLayer(nn.Module):
         )
         x = x + self.dropout(a.out)
         x = x + self.dropout(feed_forward(self, self.final_layer_norm(x)))
-        return x, a.weights
+        return x, a.weights, a.carry
 
 
 @dataclass
@@ -196,7 +210,7 @@ class EncoderOutput:
     padding_mask: Tensor  # (B, N) bool, True = padding
     lengths: Tensor  # (B,) valid lengths after subsampling
     layer_inputs: list[Tensor] | None = None  # per layer: residual stream before its pre-LN
-    attn_weights: list[Tensor] | None = None  # per layer: (B, H, N, N) post-softmax weights
+    attn_weights: list[Tensor] | None = None  # per layer: (B, H, N, N) effective post-softmax weights
     ctc_logits: Tensor | None = None  # (B, N, ctc_vocab) when the model has a CTC head
 
     def reorder(self, new_order: Tensor) -> EncoderOutput:
@@ -261,11 +275,11 @@ class S2TTransformerEncoder(nn.Module):
         prev: Tensor | None = None
         n = len(self.layers)
         for i, layer in enumerate(self.layers):
-            # A layer computes weights only if asked for, or if the next layer consumes them.
+            # A layer computes weights only if asked for, or if the next layer consumes its carry.
             want = need_weights or (i + 1 < n and self.layers[i + 1].self_attn.needs_prev_attn)
             if layer_inputs is not None:
                 layer_inputs.append(x)
-            x, w = layer(
+            x, w, carry = layer(
                 x,
                 padding_mask,
                 prev_attn=prev if layer.self_attn.needs_prev_attn else None,
@@ -274,7 +288,7 @@ class S2TTransformerEncoder(nn.Module):
             )
             if attn_weights is not None:
                 attn_weights.append(w)
-            prev = w
+            prev = carry
 
         x = self.layer_norm(x).masked_fill(padding_mask[..., None], 0.0)
         ctc_logits = self.ctc_proj(x) if self.ctc_proj is not None else None
@@ -292,7 +306,14 @@ class MultiheadAttention(nn.Module):
     ``cache`` (a dict owned by the caller, filled in place):
       self-attention:  "k", "v" (B, H, t, dh) grow by one step per call; "pad" (B, t) bool.
       cross-attention: "k", "v" (B, H, S, dh) computed once from the encoder output.
+
+    ``forward`` returns an :class:`AttentionOutput` whose ``weights`` / ``carry`` (B, H, L, S) are
+    computed only with ``need_weights`` (the next decoder layer smooths with this one's weights,
+    specs/variants.md §0.3); otherwise the fused SDPA path runs as before.
     """
+
+    #: When True, the decoder passes the previous layer's carry (same kind: self or cross) as ``prev_attn``.
+    needs_prev_attn: bool = False
 
     def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
         super().__init__()
@@ -312,19 +333,16 @@ class MultiheadAttention(nn.Module):
         B, N, _ = t.shape
         return t.view(B, N, self.n_heads, self.head_dim).transpose(1, 2)
 
-    def forward(
+    def _project(
         self,
         query: Tensor,
         memory: Tensor | None,
-        *,
-        key_padding_mask: Tensor | None = None,
-        causal: bool = False,
-        cache: dict[str, Tensor] | None = None,
-    ) -> Tensor:
-        """query (B, L, d); memory (B, S, d) for cross-attention or None for self-attention.
-
-        key_padding_mask: (B, S) for cross-attention, (B, L) (the new steps) for self-attention.
-        """
+        key_padding_mask: Tensor | None,
+        causal: bool,
+        cache: dict[str, Tensor] | None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """q (B, H, L, dh), k and v (B, H, S, dh) with the cache applied, and the (B, 1, L, S) bool
+        mask of forbidden keys (padding, and the future when ``causal``)."""
         B, L, d = query.shape
         q = self._split(self.q_proj(query))
         if memory is None:  # self-attention
@@ -352,11 +370,37 @@ class MultiheadAttention(nn.Module):
         if causal:  # query i (absolute position S - L + i) sees keys <= its position
             qpos = torch.arange(S - L, S, device=query.device)[:, None]
             mask = mask | (torch.arange(S, device=query.device)[None, :] > qpos)
-        if self.training and self.dropout > 0 and q.device.type == "cpu":
-            # SDPA would fall back to its math path with torch's slow CPU Bernoulli mask (lib.model.dropout)
+        return q, k, v, mask
+
+    def _merge(self, ctx: Tensor) -> Tensor:
+        """(B, H, L, dh) -> out_proj of the merged heads (B, L, d)."""
+        B, H, L, dh = ctx.shape
+        return self.out_proj(ctx.transpose(1, 2).reshape(B, L, H * dh))
+
+    def forward(
+        self,
+        query: Tensor,
+        memory: Tensor | None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: dict[str, Tensor] | None = None,
+        prev_attn: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """query (B, L, d); memory (B, S, d) for cross-attention or None for self-attention.
+
+        key_padding_mask: (B, S) for cross-attention, (B, L) (the new steps) for self-attention.
+        prev_attn: unused here (variants that smooth with the layer below take it).
+        """
+        q, k, v, mask = self._project(query, memory, key_padding_mask, causal, cache)
+        if need_weights or (self.training and self.dropout > 0 and q.device.type == "cpu"):
+            # explicit weights; on CPU in training also the fast dropout mask (SDPA would fall back
+            # to its math path with torch's slow CPU Bernoulli mask, lib.model.dropout)
             w = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5 + mask_bias(mask, q.dtype), -1)
-            ctx = torch.matmul(dropout(w, self.dropout, True), v)
+            ctx = torch.matmul(dropout(w, self.dropout, self.training), v)
         else:
+            w = None
             ctx = F.scaled_dot_product_attention(
                 q,
                 k,
@@ -364,17 +408,112 @@ class MultiheadAttention(nn.Module):
                 attn_mask=mask_bias(mask, q.dtype),
                 dropout_p=self.dropout if self.training else 0.0,
             )
-        return self.out_proj(ctx.transpose(1, 2).reshape(B, L, d))
+        w = w if need_weights else None
+        return AttentionOutput(out=self._merge(ctx), weights=w, carry=w)
+
+
+class SmoothedMultiheadAttention(MultiheadAttention):
+    """Decoder attention smoothed with a prior (seed 002; specs/variants.md §1.2 "Where", §0.3):
+    A' = (1 - γ) A + γ P, ctx = dropout(A') V, the math of
+    :class:`lib.model.attention.SmoothedAttention` on the decoder's keys.
+
+    * self-attention, ``uniform``: P[i, j] = 1 / (i + 1) over the causal prefix (its non-pad keys);
+      cross-attention, ``uniform``: P[b, i, j] = m_b[j] / T_b over the encoder frames (relaxed
+      attention, Lohrenz et al.; with ``train_only`` as in their code, but the valid T_b, A1).
+    * ``prev``: the previous decoder layer's carry of the same kind and the same query rows (raw A
+      for non-recursive, A' for recursive), so incremental decoding needs no extra cache: at each
+      step the layer below has just computed the same (B, H, 1, S) row.
+    * ``gamma: predicted``: g = σ(q_{b,h,i} · c_h) with ``gate_vector`` c (H · dh,), zeros at init.
+    The band prior is encoder-only (the seed defines B for T x T self-attention). Layer 1 with the
+    prev prior is refused by the config (no layer below); at run time a missing ``prev_attn`` is a
+    ValueError. Always the explicit-weights path, except ``train_only`` at inference, which runs the
+    plain module's code.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        *,
+        prior: str,
+        gamma: float | str = 0.1,
+        recursive: bool = False,
+        train_only: bool = False,
+    ) -> None:
+        super().__init__(d_model, n_heads, dropout)
+        if prior == "band":
+            raise ValueError("decoder smoothing: the band prior is defined for encoder self-attention only")
+        opts = smoothing_options(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, key="smooth")
+        self.prior: str = opts["prior"]
+        self.gamma: float | str = opts["gamma"]
+        self.recursive: bool = opts["recursive"]
+        self.train_only: bool = opts["train_only"]
+        self.needs_prev_attn = self.prior == "prev"  # per instance (§0.1)
+        self.gate_vector = nn.Parameter(torch.zeros(d_model)) if self.gamma == "predicted" else None
+
+    def forward(
+        self,
+        query: Tensor,
+        memory: Tensor | None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: dict[str, Tensor] | None = None,
+        prev_attn: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        if self.train_only and not self.training:  # relaxed attention at inference: the plain module
+            return super().forward(query, memory, key_padding_mask=key_padding_mask, causal=causal, cache=cache,
+                                   need_weights=need_weights)
+        q, k, v, mask = self._project(query, memory, key_padding_mask, causal, cache)  # mask (B, 1, L, S)
+        scores = torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5  # (B, H, L, S)
+        raw = torch.softmax(scores + mask_bias(mask, q.dtype), -1).masked_fill(mask, 0.0)  # A
+        if self.prior == "uniform":
+            prior = uniform_prior(~mask, raw.dtype)  # (B, 1, L, S)
+        elif prev_attn is None:
+            raise ValueError("smooth (prior: prev) got no prev_attn: the first decoder layer has no layer below "
+                             "(specs/variants.md §1.4 A2)")
+        else:
+            prior = prev_attn.to(raw.dtype).masked_fill(mask, 0.0)  # (B, H, L, S)
+        gamma = predicted_gate(q, self.gate_vector).to(raw.dtype) if self.gamma == "predicted" else self.gamma
+        weights = (1 - gamma) * raw + gamma * prior  # A' (B, H, L, S)
+        ctx = torch.matmul(dropout(weights, self.dropout, self.training), v)  # (B, H, L, dh)
+        carry = raw if self.prior == "prev" and not self.recursive else weights
+        return AttentionOutput(out=self._merge(ctx), weights=weights if need_weights else None,
+                               carry=carry if need_weights else None)
+
+    def extra_repr(self) -> str:
+        return (f"prior={self.prior}, gamma={self.gamma}" + (", recursive=True" if self.recursive else "")
+                + (", train_only=True" if self.train_only else ""))
+
+
+# Decoder attention variants by spec type (ModelConfig.decoder_self_attention / cross_attention).
+DECODER_ATTENTION_VARIANTS: dict[str, type[MultiheadAttention]] = {"smooth": SmoothedMultiheadAttention}
+
+
+def build_decoder_attention(spec: dict | None, d_model: int, n_heads: int, dropout: float, *,
+                            layer: int) -> MultiheadAttention:
+    """The attention module of decoder layer ``layer`` (1-based) from a validated decoder spec
+    (:func:`lib.model.config.decoder_attention_spec`): plain :class:`MultiheadAttention` when the
+    spec is None or does not list the layer, else the variant with the spec's options."""
+    if spec is None or layer not in spec["layers"]:
+        return MultiheadAttention(d_model, n_heads, dropout)
+    cls = DECODER_ATTENTION_VARIANTS[spec["type"]]
+    return cls(d_model, n_heads, dropout, **{k: v for k, v in spec.items() if k not in ("type", "layers")})
 
 
 class DecoderLayer(nn.Module):
     """Pre-LN: causal self-attn, cross-attn, FFN, each x = x + drop(sublayer(LN(x)))."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int = 1) -> None:
+        """``layer``: 1-based index (which decoder attention specs apply)."""
         super().__init__()
-        self.self_attn = MultiheadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = build_decoder_attention(cfg.decoder_self_attention, cfg.d_model, cfg.n_heads,
+                                                 cfg.attention_dropout, layer=layer)
         self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
-        self.encoder_attn = MultiheadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.encoder_attn = build_decoder_attention(cfg.cross_attention, cfg.d_model, cfg.n_heads,
+                                                    cfg.attention_dropout, layer=layer)
         self.encoder_attn_layer_norm = nn.LayerNorm(cfg.d_model)
         self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
         self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)
@@ -389,23 +528,34 @@ class DecoderLayer(nn.Module):
         enc_out: Tensor,
         enc_padding_mask: Tensor | None,
         cache: dict[str, dict[str, Tensor]] | None = None,
-    ) -> Tensor:
-        h = self.self_attn(
+        *,
+        prev_self: Tensor | None = None,
+        prev_cross: Tensor | None = None,
+        need_self: bool = False,
+        need_cross: bool = False,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Returns the layer output (B, L, d) and the self- / cross-attention carries for the next
+        layer ((B, H, L, L_keys) / (B, H, L, S); None unless ``need_self`` / ``need_cross``)."""
+        a = self.self_attn(
             self.self_attn_layer_norm(x),
             None,
             key_padding_mask=self_padding_mask,
             causal=True,
             cache=None if cache is None else cache.setdefault("self", {}),
+            prev_attn=prev_self,
+            need_weights=need_self,
         )
-        x = x + self.dropout(h)
-        h = self.encoder_attn(
+        x = x + self.dropout(a.out)
+        c = self.encoder_attn(
             self.encoder_attn_layer_norm(x),
             enc_out,
             key_padding_mask=enc_padding_mask,
             cache=None if cache is None else cache.setdefault("cross", {}),
+            prev_attn=prev_cross,
+            need_weights=need_cross,
         )
-        x = x + self.dropout(h)
-        return x + self.dropout(feed_forward(self, self.final_layer_norm(x)))
+        x = x + self.dropout(c.out)
+        return x + self.dropout(feed_forward(self, self.final_layer_norm(x))), a.carry, c.carry
 
 
 IncrementalState = dict[int, dict[str, dict[str, Tensor]]]
@@ -418,7 +568,7 @@ class S2TTransformerDecoder(nn.Module):
         self.embed_tokens = _embedding(cfg.vocab_size, cfg.d_model, cfg.pad_idx)
         self.embed_scale = math.sqrt(cfg.d_model)
         self.dropout = Dropout(cfg.dropout)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, layer=i + 1) for i in range(cfg.decoder_layers))
         self.layer_norm = nn.LayerNorm(cfg.d_model)
         # share_decoder_input_output_embed=False: separate output matrix, no bias.
         self.output_projection = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -445,9 +595,21 @@ class S2TTransformerDecoder(nn.Module):
 
         x = self.embed_scale * self.embed_tokens(tokens)
         x = self.dropout(x + sinusoidal_positions(positions, x.size(-1), pad).to(x.dtype))
+        prev_self: Tensor | None = None
+        prev_cross: Tensor | None = None
+        n = len(self.layers)
         for i, layer in enumerate(self.layers):
             cache = None if incremental_state is None else incremental_state.setdefault(i, {})
-            x = layer(x, padding_mask, enc_out, enc_padding_mask, cache)
+            # Attention weights only where the next layer smooths with them (the same query rows
+            # in incremental decoding, so nothing extra is cached).
+            nxt = self.layers[i + 1] if i + 1 < n else None
+            x, prev_self, prev_cross = layer(
+                x, padding_mask, enc_out, enc_padding_mask, cache,
+                prev_self=prev_self if layer.self_attn.needs_prev_attn else None,
+                prev_cross=prev_cross if layer.encoder_attn.needs_prev_attn else None,
+                need_self=nxt is not None and nxt.self_attn.needs_prev_attn,
+                need_cross=nxt is not None and nxt.encoder_attn.needs_prev_attn,
+            )
         return self.output_projection(self.layer_norm(x))
 
     @staticmethod
@@ -564,13 +726,22 @@ class S2TTransformer(nn.Module):
         model's, whose decoder has learned to align with the encoder), leaving the token embedding
         and the output projection (vocabulary-specific) at their initialisation. A demo option
         (``train_st.init_decoder``), not in the paper. Returns the keys loaded; ValueError when the
-        shapes differ."""
+        shapes differ. Parameters of decoder attention variants (anything under ``.self_attn.`` /
+        ``.encoder_attn.`` other than q/k/v/out_proj, e.g. ``gate_vector``) may be absent from the
+        source and keep their initialisation."""
         if "model" in state_dict and isinstance(state_dict["model"], dict):
             state_dict = state_dict["model"]
         target = self.decoder.state_dict()
         wanted = [k for k in target if k.startswith(("layers.", "layer_norm."))]
         src = {k: state_dict[f"decoder.{k}"] for k in wanted if f"decoder.{k}" in state_dict}
-        errors = [f"{k}: missing" for k in wanted if k not in src]
+
+        def optional(key: str) -> bool:
+            for sub in (".self_attn.", ".encoder_attn."):
+                if sub in key:
+                    return key.split(sub, 1)[1].split(".")[0] not in ("q_proj", "k_proj", "v_proj", "out_proj")
+            return False
+
+        errors = [f"{k}: missing" for k in wanted if k not in src and not optional(k)]
         errors += [f"{k}: shape {tuple(v.shape)} vs {tuple(target[k].shape)}" for k, v in src.items()
                    if v.shape != target[k].shape]
         if errors:

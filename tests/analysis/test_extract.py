@@ -73,7 +73,7 @@ def test_contributions_add_up_to_the_modules_block_output(value_bias):
             # layer_inputs are the residual stream: the next layer's x is this layer's full output.
             if li + 1 < len(ut.layers):
                 pad = lengths_to_padding_mask(torch.tensor([ut.n_tokens]), ut.n_tokens)
-                nxt, _ = layer(x, pad)
+                nxt, _, _ = layer(x, pad)
                 torch.testing.assert_close(ut.layers[li + 1].x, nxt[0], rtol=0, atol=1e-5)
 
 

@@ -92,3 +92,29 @@ def test_unknown_target_language(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="en-fr"):
         write_pair(tmp_path, "en-fr", noise_level=0.0, progress=False, **KW)
     assert not (tmp_path / "en-fr").exists()
+
+
+def _render_or_die(args):
+    """Worker stand-in: dies like an OOM-killed process (SIGKILL) on talk 2."""
+    import os
+    import signal
+    from lib.corpus import demo
+    if args[0].talk_number == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return demo._render_talk(*args)
+
+
+def test_killed_worker_fails_fast(tmp_path: Path, monkeypatch) -> None:
+    import sys
+    import pytest
+    from lib.corpus import demo
+    from tests.deadline import deadline
+    if sys.platform != "linux":
+        pytest.skip("the kill is injected into forked workers")
+    monkeypatch.setattr(demo, "_render_star", _render_or_die)
+    kw = {**KW, "splits": {"train": 8, "dev": 1, "tst-COMMON": 1}, "segments_per_talk": 2}
+    with deadline(30), pytest.raises(RuntimeError) as e:
+        write_pair(tmp_path, "en-de", noise_level=0.0, workers=2, progress=False, **kw)
+    msg = str(e.value)
+    assert "SIGKILL" in msg and "corpus.workers" in msg and "pid" in msg, msg
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

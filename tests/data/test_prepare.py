@@ -189,23 +189,26 @@ def test_spawn_start_method_gives_same_bytes(planted: Path, tmp_path: Path, monk
 
 
 class _StubPool:
-    """Runs tasks on .get(); records how many were submitted but not yet consumed."""
+    """Runs tasks on .result(); records how many were submitted but not yet consumed."""
 
     def __init__(self) -> None:
         self.outstanding = 0
         self.max_outstanding = 0
 
-    def apply_async(self, fn, args):
+    def submit(self, fn, *args):
         self.outstanding += 1
         self.max_outstanding = max(self.max_outstanding, self.outstanding)
         pool = self
 
-        class _Result:
-            def get(self):
+        class _Future:
+            def result(self):
                 pool.outstanding -= 1
                 return fn(*args)
 
-        return _Result()
+            def cancel(self):
+                return False
+
+        return _Future()
 
 
 def test_in_flight_talks_are_bounded(monkeypatch) -> None:
@@ -217,3 +220,145 @@ def test_in_flight_talks_are_bounded(monkeypatch) -> None:
         assert pool.outstanding <= 4
         got.extend(out)
     assert got == tasks and pool.max_outstanding == 4
+
+
+# --------------------------------------------------------------------------- reliability (issue 11)
+
+
+def test_free_space_check_message() -> None:
+    from lib.data.store import InsufficientSpaceError, check_free_space
+    with pytest.raises(InsufficientSpaceError) as e:
+        check_free_space(12_300_000_000, Path("/some/folder"), free=4_100_000_000)
+    msg = str(e.value)
+    assert "/some/folder" in msg and "needs 12.3 GB" in msg and "4.1 GB free" in msg
+    assert "12300000000" in msg.replace(",", "") and "4100000000" in msg.replace(",", "")
+    check_free_space(1_000, Path("/some/folder"), free=10**12)  # plenty: no error
+
+
+def test_disk_full_fails_before_writing(planted: Path, tmp_path: Path, monkeypatch) -> None:
+    import shutil
+    from collections import namedtuple
+    usage = namedtuple("usage", "total used free")
+    seen = []
+
+    def tiny_disk(path):
+        seen.append(Path(path))
+        return usage(10**9, 10**9 - 50_000, 50_000)
+
+    monkeypatch.setattr(shutil, "disk_usage", tiny_disk)
+    parent = tmp_path / "prepared"
+    with pytest.raises(OSError) as e:
+        prepare_pair(planted, "en-de", parent / "en-de", PrepareParams(workers=1, **CFG), progress=False)
+    msg = str(e.value)
+    assert str(parent) in msg and "needs" in msg and "free" in msg, msg
+    assert seen, "shutil.disk_usage was not consulted"
+    assert not (parent / "en-de").exists()
+    assert not parent.exists() or _leftovers(parent) == []
+
+
+_REAL_EXTRACT = prep._extract_talk
+
+
+def _extract_or_die(task):
+    """Worker stand-in: dies like an OOM-killed process (SIGKILL) on talk ted_2."""
+    import os
+    import signal
+    if Path(task[0]).name == "ted_2.wav":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _REAL_EXTRACT(task)
+
+
+def test_killed_worker_fails_fast(planted: Path, tmp_path: Path, monkeypatch) -> None:
+    if prep._start_method() != "fork":
+        pytest.skip("needs the fork start method to inject the kill into workers")
+    from tests.deadline import deadline
+    monkeypatch.setattr(prep, "_extract_talk", _extract_or_die)
+    parent = tmp_path / "prepared"
+    with deadline(30), pytest.raises(RuntimeError) as e:
+        prepare_pair(planted, "en-de", parent / "en-de", PrepareParams(workers=2, **CFG), progress=False)
+    msg = str(e.value)
+    assert "preprocessing worker" in msg and "SIGKILL" in msg and "prepare.workers" in msg, msg
+    assert "out-of-memory" in msg and "pid" in msg
+    assert not (parent / "en-de").exists() and _leftovers(parent) == []
+
+
+def test_workers_ignore_sigint() -> None:
+    import signal
+    prep._init_worker()
+    try:
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_INTERRUPTED_SCRIPT = r"""
+import sys, time
+from pathlib import Path
+import lib.data.prepare as prep
+from lib.params import PrepareParams
+from tests.corpus_factory import default_spec, make_corpus
+
+root, out, marker = map(Path, sys.argv[1:4])
+make_corpus(root, default_spec())
+real = prep.load_talk
+
+def slow_load(path, *a):
+    marker.touch()  # extraction has started (in a worker)
+    time.sleep(60)
+    return real(path, *a)
+
+prep.load_talk = slow_load
+try:
+    prep.prepare_pair(root, "en-de", out, PrepareParams(workers=2, asr_vocab_size=40, st_vocab_size=45),
+                      progress=False)
+except KeyboardInterrupt:
+    sys.exit("prepare: interrupted")
+"""
+
+
+def test_ctrl_c_gives_no_tracebacks_and_cleans_up(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) during extraction: no
+    traceback from the workers, the temporary folder is gone, the exit status is non-zero."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    if prep._start_method() != "fork":
+        pytest.skip("the slow-worker stand-in is injected by fork")
+    repo = Path(__file__).resolve().parents[2]
+    marker, parent = tmp_path / "started", tmp_path / "prepared"
+    proc = subprocess.Popen([sys.executable, "-c", _INTERRUPTED_SCRIPT, str(tmp_path / "mustc"),
+                             str(parent / "en-de"), str(marker)],
+                            cwd=repo, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(repo)})
+    try:
+        t0 = time.monotonic()
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() - t0 < 60, "extraction never started"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    assert err.count("Traceback") == 0, err
+    assert "interrupted" in err
+    assert not (parent / "en-de").exists() and _leftovers(parent) == []
+
+
+@pytest.mark.parametrize("key", ["asr_vocab_size", "st_vocab_size"])
+def test_bad_vocab_size_names_the_param(planted: Path, tmp_path: Path, key: str) -> None:
+    from lib.params import ParamError
+    cfg = {**CFG, key: 5}  # fewer pieces than the corpus has characters
+    parent = tmp_path / "prepared"
+    with pytest.raises(ParamError) as e:
+        prepare_pair(planted, "en-de", parent / "en-de", PrepareParams(workers=1, **cfg), progress=False)
+    msg = str(e.value)
+    assert f"prepare.{key}" in msg and "5" in msg and "required_chars" in msg, msg
+    assert ".tmp-" not in msg, msg
+    assert not parent.exists() or _leftovers(parent) == []

@@ -84,3 +84,22 @@ def test_replaced_file_is_reopened(tmp_path: Path) -> None:
         w.write(np.ones((3, 80), np.float32))
     os.replace(tmp, tmp_path / "s.npy")
     assert read_features(tmp_path, "s.npy:0:3").sum() == 3 * 80
+
+
+def test_writer_reserves_space_and_names_the_file_when_the_disk_is_full(tmp_path: Path, monkeypatch) -> None:
+    """A full disk is an error at creation (blocks reserved upfront), not SIGBUS mid-write."""
+    import errno
+
+    from lib.data import store
+    if not hasattr(os, "posix_fallocate"):
+        pytest.skip("no posix_fallocate on this OS")
+    calls = []
+
+    def full(fd, offset, length):
+        calls.append(length)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(store.InsufficientSpaceError, match=r"x\.fbank\.npy: no space left to reserve"):
+        store.FeatureStoreWriter(tmp_path / "x.fbank.npy", 1000, 80)
+    assert calls and calls[0] >= 1000 * 80 * 4

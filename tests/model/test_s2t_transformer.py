@@ -243,6 +243,44 @@ def test_prev_attn_and_task_reach_attention(monkeypatch):
     assert calls[0][0] == "prev" and calls[0][2] is None
 
 
+def test_carry_is_what_the_next_layer_receives(monkeypatch):
+    """specs/variants.md §0.1: a variant returning (ctx, weights, carry) hands ``carry`` (not its
+    weights) to the next layer as prev_attn; ``attn_weights`` still report the weights."""
+    monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+    seen = []
+
+    @register_attention("carry_toy")
+    class CarryToy(FullAttention):
+        def __init__(self, d_model, n_heads, dropout, *, consume: bool = False):
+            super().__init__(d_model, n_heads, dropout)
+            self.needs_prev_attn = consume  # per instance (§0.1)
+
+        def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
+            seen.append((need_weights, prev_attn))
+            ctx, w = super().attend(q, k, v, key_padding_mask, need_weights=need_weights)
+            return ctx, w, None if w is None else 0.5 * w
+
+    specs = [{"type": "carry_toy"}, {"type": "carry_toy", "consume": True}, {"type": "carry_toy"}]
+    model = _model(encoder_layers=3, encoder_attention=specs)
+    feats, lengths, _ = _batch()
+    enc = model.encode(feats, lengths, need_weights=True)
+    assert [s[0] for s in seen] == [True, True, True]
+    assert seen[0][1] is None and seen[2][1] is None  # layers 1 and 3 do not consume
+    torch.testing.assert_close(seen[1][1], 0.5 * enc.attn_weights[0], rtol=0, atol=0)
+    seen.clear()
+    model.encode(feats, lengths)  # weights only where the next layer consumes the carry
+    assert [s[0] for s in seen] == [True, False, False]
+    # the module output carries the carry only when weights are asked for
+    layer = model.encoder.layers[0]
+    x = torch.randn(2, 5, 16)
+    a = layer.self_attn(x, None, need_weights=True)
+    torch.testing.assert_close(a.carry, 0.5 * a.weights, rtol=0, atol=0)
+    assert layer.self_attn(x, None).carry is None
+    # a two-element attend (full attention): the carry is the weights themselves
+    b = FullAttention(16, 2, 0.0)(x, None, need_weights=True)
+    assert b.carry is b.weights
+
+
 def test_variant_checkpoint_compatible(monkeypatch):
     """Same parameter names in every variant: a full-attention state dict loads unchanged."""
     monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))

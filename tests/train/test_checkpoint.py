@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import collections
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,21 @@ def test_fingerprint_and_config_diff() -> None:
     assert ckpt.fingerprint(c) != ckpt.fingerprint(a)
     assert ckpt.config_diff(a, c) == ["model.extra: '<missing>' -> 1", "train.lr: 0.001 -> 0.002"]
     assert ckpt.config_diff(a, b) == []
+
+
+def test_save_sweeps_a_killed_runs_temporaries_but_not_a_live_ones(tmp_path: Path) -> None:
+    """A SIGKILLed save leaves ``.last.pt.tmp-<pid>`` (hundreds of MB at paper scale); the next save of
+    last.pt removes it once that pid is gone, and never a temporary of a running process."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stale = tmp_path / f".last.pt.tmp-{dead.pid}"
+        stale.write_bytes(b"truncated")
+        busy = tmp_path / f".last.pt.tmp-{live.pid}"
+        busy.write_bytes(b"being written")
+        ckpt.save(tmp_path / "last.pt", {"model": _state(4)})
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["last.pt", busy.name])
+    finally:
+        live.kill()
+        live.wait()

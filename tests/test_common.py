@@ -1,0 +1,55 @@
+"""stages/_common.py: SIGTERM is handled like Ctrl-C, so the atomic writers clean up, and the stage
+exits non-zero with one line (no traceback)."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A stage in miniature: run_stage(main), main writing through atomic_dir when the signal comes.
+_STAGE = f"""
+import sys, time
+sys.path.insert(0, {str(REPO / 'stages')!r})
+from _common import run_stage
+from lib.io import atomic_dir
+
+def main() -> None:
+    with atomic_dir(sys.argv[1]) as tmp:
+        (tmp / "part.txt").write_text("half")
+        print(tmp, flush=True)
+        time.sleep(30)
+
+run_stage(main)
+"""
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_cleans_up_and_exits_with_one_line(tmp_path: Path, sig: signal.Signals, code: int) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", _STAGE, str(out)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        tmp = Path(proc.stdout.readline().strip())
+        assert tmp.is_dir() and tmp.parent == tmp_path
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code
+    assert not tmp.exists() and not out.exists()
+    assert list(tmp_path.iterdir()) == []
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and sig.name in lines[0] and "Traceback" not in err, err
+
+
+def test_every_stage_script_runs_through_run_stage() -> None:
+    for script in sorted((REPO / "stages").glob("[!_]*.py")):
+        text = script.read_text(encoding="utf-8")
+        assert "run_stage(main)" in text and "\n    main()\n" not in text, f"{script.name}: not run via run_stage"
