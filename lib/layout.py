@@ -11,6 +11,13 @@ Systems (one name each, in paths, metrics keys and the report):
     asr_local   the ASR model the local-attention system starts from     runs/asr_local/<pair>
     local       the ST model with local attention in layers k+1..L       runs/local/<pair>/seed<k>
 
+Attention variants (opt-in experiments; ``<variant>`` = a name from the variant's params ``defs``),
+all under ``variants/`` so that one folder per output kind holds them (the report depends on
+metrics/variants and data/decoded/variants, which hold a committed README so they always exist):
+
+    smoothing_asr  ASR pretrained with a smoothing definition   runs/variants/smoothing_asr/<variant>/<pair>
+    smoothing      ST with attention smoothing (seed 002)        runs/variants/smoothing/<variant>/<pair>/seed<k>
+
 Per training run (``<run>`` = the path after ``runs/`` above):
 
     runs/<run>/model.pt                       final model (DVC output, cached)
@@ -29,14 +36,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["ASR_SYSTEMS", "ST_SYSTEMS", "SYSTEMS", "TEST_SPLIT", "RunPaths", "analysis_dir", "analysis_metrics",
+__all__ = ["ASR_SYSTEMS", "ST_SYSTEMS", "SYSTEMS", "VARIANT_ASR_SYSTEMS", "VARIANT_ST_SYSTEMS", "VARIANT_METRICS",
+           "VARIANT_DECODED", "VARIANT_PLOTS", "variant_figure", "TEST_SPLIT", "RunPaths", "analysis_dir", "analysis_metrics",
            "analysis_plots", "health_data", "health_metrics", "health_plot", "run_name", "run_paths",
            "windows_dir", "windows_json", "windows_metrics", "corpus_metrics", "corpus_plots", "REPORT", "SUMMARY",
            "EFFICIENCY_MD"]
 
 ASR_SYSTEMS = ("asr_shared", "asr", "asr_local")
 ST_SYSTEMS = ("baseline", "local")
-SYSTEMS = ASR_SYSTEMS + ST_SYSTEMS
+VARIANT_ASR_SYSTEMS = ("smoothing_asr",)
+VARIANT_ST_SYSTEMS = ("smoothing",)
+SYSTEMS = ASR_SYSTEMS + ST_SYSTEMS + VARIANT_ASR_SYSTEMS + VARIANT_ST_SYSTEMS
 TEST_SPLIT = "tst-COMMON"
 
 REPORT = Path("reports/report.md")
@@ -44,28 +54,36 @@ SUMMARY = Path("metrics/summary.json")
 EFFICIENCY_MD = Path("metrics/efficiency.md")  # written by benchmarks/encoder_efficiency.py
 
 
-def run_name(system: str, pair: str | None = None, seed: int | None = None) -> str:
-    """``asr_shared`` | ``<system>/<pair>`` (ASR) | ``<system>/<pair>/seed<k>`` (ST); ValueError
-    naming what is missing or unknown."""
+def run_name(system: str, pair: str | None = None, seed: int | None = None, variant: str | None = None) -> str:
+    """``asr_shared`` | ``<system>/<pair>`` (ASR) | ``<system>/<pair>/seed<k>`` (ST) |
+    ``variants/<system>/<variant>/<pair>[/seed<k>]`` (attention variants); ValueError naming what is
+    missing or unknown."""
     if system not in SYSTEMS:
         raise ValueError(f"unknown system {system!r}; known: {list(SYSTEMS)}")
+    is_variant = system in VARIANT_ASR_SYSTEMS + VARIANT_ST_SYSTEMS
+    if is_variant and not variant:
+        raise ValueError(f"system {system!r} needs a variant name")
+    if not is_variant and variant is not None:
+        raise ValueError(f"system {system!r} takes no variant name, got {variant!r}")
     if system == "asr_shared":
         return system
     if pair is None:
         raise ValueError(f"system {system!r} needs a pair")
-    if system in ASR_SYSTEMS:
-        return f"{system}/{pair}"
+    prefix = f"variants/{system}/{variant}" if is_variant else system
+    if system in ASR_SYSTEMS + VARIANT_ASR_SYSTEMS:
+        return f"{prefix}/{pair}"
     if seed is None:
         raise ValueError(f"system {system!r} needs a seed")
-    return f"{system}/{pair}/seed{seed}"
+    return f"{prefix}/{pair}/seed{seed}"
 
 
 class RunPaths:
     """Every path of one training run, under ``root`` (see the module docstring)."""
 
-    def __init__(self, root: Path | str, system: str, pair: str | None = None, seed: int | None = None) -> None:
-        self.root, self.system, self.pair, self.seed = Path(root), system, pair, seed
-        self.name = run_name(system, pair, seed)
+    def __init__(self, root: Path | str, system: str, pair: str | None = None, seed: int | None = None,
+                 variant: str | None = None) -> None:
+        self.root, self.system, self.pair, self.seed, self.variant = Path(root), system, pair, seed, variant
+        self.name = run_name(system, pair, seed, variant)
 
     @property
     def run_dir(self) -> Path:
@@ -106,8 +124,19 @@ class RunPaths:
         return self.root / "plots" / "train" / self.name
 
 
-def run_paths(root: Path | str, system: str, pair: str | None = None, seed: int | None = None) -> RunPaths:
-    return RunPaths(root, system, pair, seed)
+def run_paths(root: Path | str, system: str, pair: str | None = None, seed: int | None = None,
+              variant: str | None = None) -> RunPaths:
+    return RunPaths(root, system, pair, seed, variant)
+
+
+VARIANT_METRICS = Path("metrics/variants")  # hold a committed README.md: always present for the report's deps
+VARIANT_DECODED = Path("data/decoded/variants")
+VARIANT_PLOTS = Path("plots/variants")  # the report's figures of the variants (an output of `report`)
+
+
+def variant_figure(root: Path | str, family: str, pair: str) -> Path:
+    """The report's figure of one variant family (``smoothing``) on one pair."""
+    return Path(root) / VARIANT_PLOTS / family / f"{pair}.png"
 
 
 def windows_dir(root: Path | str, pair: str) -> Path:

@@ -450,6 +450,75 @@ class EfficiencyParams:
             raise ValueError(f"{prefix}: op_reps and encoder_reps must be >= 1")
 
 
+SMOOTHING_SYSTEM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def _default_smoothing_defs() -> dict[str, dict[str, Any]]:
+    """The seed's systems (specs/variants.md §1.3): γ = 0.1, k = 13 (§1.4 A7: the seed gives no values)."""
+    return {
+        "relaxed_enc": {"prior": "uniform", "gamma": 0.1, "train_only": True, "where": ["encoder"]},
+        "relaxed_cross": {"prior": "uniform", "gamma": 0.1, "train_only": True, "where": ["cross"]},
+        "band": {"prior": "band", "gamma": 0.1, "k": 13, "where": ["encoder"]},
+        "prev": {"prior": "prev", "recursive": False, "gamma": 0.1, "where": ["encoder"]},
+        "rec": {"prior": "prev", "recursive": True, "gamma": 0.1, "where": ["encoder"]},
+        "rec_all": {"prior": "prev", "recursive": True, "gamma": 0.1, "where": ["encoder", "decoder_self", "cross"]},
+        "rec_pred_all": {"prior": "prev", "recursive": True, "gamma": "predicted",
+                         "where": ["encoder", "decoder_self", "cross"]},
+    }
+
+
+@dataclass(frozen=True)
+class SmoothingParams:
+    """``smoothing``: attention smoothing with priors (seed 002; specs/variants.md §1), opt-in.
+
+    ``systems`` names entries of ``defs`` to train (stage train_smoothing, one run per system x pair x
+    seed, same ASR model and ``train_st`` hyperparameters as the baseline of the same seed); [] (the
+    default) creates no stage at all. ``asr_systems``: systems whose ASR model is also pretrained
+    with the same smoothing (stage train_asr_smoothing); the others start from runs/asr/<pair>.
+    ``defs``: name -> smoothing definition (keys of :data:`lib.model.spec.SMOOTHING_KEYS`), checked
+    here against the model's depth, so a bad definition stops before any training."""
+
+    systems: list[str] = field(default_factory=list)
+    pairs: list[str] = field(default_factory=lambda: ["en-de"])
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    asr_systems: list[str] = field(default_factory=list)
+    defs: dict[str, dict[str, Any]] = field(default_factory=_default_smoothing_defs)
+
+    def validate(self, prefix: str) -> None:
+        for name in self.defs:
+            if not SMOOTHING_SYSTEM_NAME.match(name):
+                raise ParamError(f"{prefix}.defs.{name}: a system name must be lower-case letters, digits and "
+                                 f"'_' (it names folders and metrics keys)")
+        for key in ("systems", "asr_systems"):
+            values = getattr(self, key)
+            for i, name in enumerate(values):
+                if name not in self.defs:
+                    raise ParamError(f"{prefix}.{key}[{i}]: unknown system {name!r}; defined in "
+                                     f"{prefix}.defs: {sorted(self.defs)}")
+            if len(set(values)) != len(values):
+                raise ParamError(f"{prefix}.{key}: duplicates in {values}")
+        for i, name in enumerate(self.asr_systems):
+            if name not in self.systems:
+                raise ParamError(f"{prefix}.asr_systems[{i}]: {name!r} is not in {prefix}.systems {self.systems} "
+                                 f"(its smoothed ASR model would train for nothing)")
+        for i, pair in enumerate(self.pairs):
+            if not PAIR_PATTERN.match(pair):
+                raise ParamError(f"{prefix}.pairs[{i}]: expected a pair like 'en-de', got {pair!r}")
+        if len(set(self.pairs)) != len(self.pairs) or len(set(self.seeds)) != len(self.seeds):
+            raise ParamError(f"{prefix}: duplicates in pairs {self.pairs} or seeds {self.seeds}")
+
+    def check_defs(self, encoder_layers: int, decoder_layers: int, prefix: str = "smoothing") -> None:
+        """Every definition against the model's depth (ValueError -> ParamError naming the key)."""
+        from lib.model.spec import smoothing_model_specs
+
+        for name, sdef in self.defs.items():
+            try:
+                smoothing_model_specs([{"type": "full"}] * encoder_layers, sdef, decoder_layers,
+                                      key=f"{prefix}.defs.{name}")
+            except ValueError as e:
+                raise ParamError(str(e)) from None
+
+
 @dataclass(frozen=True)
 class Params:
     """The sections of params.yaml that the implemented stages read."""
@@ -468,6 +537,7 @@ class Params:
     health: HealthParams
     asr: AsrParams = field(default_factory=AsrParams)
     efficiency: EfficiencyParams = field(default_factory=EfficiencyParams)  # benchmarks/encoder_efficiency.py
+    smoothing: SmoothingParams = field(default_factory=SmoothingParams)  # opt-in variant (stage train_smoothing)
 
     def validate(self, prefix: str) -> None:
         if not self.pairs:
@@ -484,6 +554,22 @@ class Params:
         if self.asr.mode == "shared" and self.asr.shared_pair not in self.pairs:
             raise ParamError(f"asr.shared_pair: {self.asr.shared_pair!r} is not in pairs {self.pairs} (its English "
                              f"trains the shared ASR model); pick one of them or set asr.mode: per_pair")
+        # checked only when something runs: `-S seeds=[1]` must not trip over an unused opt-in section
+        for i, pair in enumerate(self.smoothing.pairs if self.smoothing.systems else []):
+            if pair not in self.pairs:
+                raise ParamError(f"smoothing.pairs[{i}]: {pair!r} is not in pairs {self.pairs} (its baseline is "
+                                 f"the comparison)")
+        for i, seed in enumerate(self.smoothing.seeds if self.smoothing.systems else []):
+            if seed not in self.seeds:
+                raise ParamError(f"smoothing.seeds[{i}]: {seed} is not in seeds {self.seeds} (the baseline of the "
+                                 f"same seed is the comparison)")
+        from lib.model.config import model_config
+
+        try:
+            cfg = model_config(self.model.size, **self.model.overrides)
+        except (TypeError, ValueError):
+            return  # model.overrides problems are reported by the model section
+        self.smoothing.check_defs(cfg.encoder_layers, cfg.decoder_layers)
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

@@ -20,6 +20,7 @@ from lib.report.document import build_report
 def main() -> None:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     p = stage_params()
+    (ROOT / layout.VARIANT_PLOTS).mkdir(parents=True, exist_ok=True)  # an output: exists even with no variant run
     try:
         markdown, flat = build_report(p, ROOT)
     except (FileNotFoundError, ValueError) as e:

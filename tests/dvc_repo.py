@@ -84,7 +84,8 @@ def copy_repo(dst: Path) -> None:
     outputs = ("runs/", "reports/", "data/", "metrics/", "plots/")  # pipeline outputs: rebuilt by the run
     benchmark = ("metrics/efficiency.", "plots/efficiency/")  # committed benchmark results the report embeds
     for rel in filter(None, files):
-        if rel.startswith(outputs) and not rel.endswith(".gitkeep") and not rel.startswith(benchmark):
+        # .gitkeep / README.md keep folders that stages depend on present (e.g. metrics/variants)
+        if rel.startswith(outputs) and not rel.endswith((".gitkeep", "/README.md")) and not rel.startswith(benchmark):
             continue
         src = REPO / rel
         if src.is_file():

@@ -106,7 +106,11 @@ def test_dvc_yaml_paths_follow_lib_layout() -> None:
                                                       rel(layout.health_plot(REPO, pair, model))}
         assert outs(f"corpus_stats@{pair}") == {rel(layout.corpus_metrics(REPO, pair)),
                                                 rel(layout.corpus_plots(REPO, pair))}
-    assert outs("report") == {layout.REPORT.as_posix(), layout.SUMMARY.as_posix()}
+    assert outs("report") == {layout.REPORT.as_posix(), layout.SUMMARY.as_posix(), layout.VARIANT_PLOTS.as_posix()}
+    report_deps = {d.def_path for d in stages["report"].deps}
+    assert {layout.VARIANT_METRICS.as_posix(), layout.VARIANT_DECODED.as_posix()} <= report_deps
+    # The variants' stages exist only when their systems are listed (all empty by default).
+    assert not [name for name in stages if "smoothing" in name]
     # The analysed ST model is the baseline run of analysis.st_seed.
     for pair in p.pairs:
         deps = {d.def_path for d in stages[f"analyze@{pair}"].deps}
@@ -130,3 +134,58 @@ def test_training_stages_can_be_saved_to_the_run_cache() -> None:
                     assert not opts.get("persist"), f"{name}: {path} is persist"
                     if kind == "outs" and name != "report":  # the report is cheap: it always reruns
                         assert opts.get("cache", True), f"{name}: plain output {path} has cache: false"
+
+
+def test_smoothing_stages_follow_lib_layout(tmp_path: Path) -> None:
+    """With smoothing systems listed, DVC renders one train_smoothing stage per system x pair x seed and
+    one train_asr_smoothing per ASR system x pair, with the outputs lib/layout.py names, the baseline of
+    the same seed and the folder of smoothed ASR models among the deps, and the report downstream."""
+    import shutil
+
+    import yaml
+    from dvc.repo import Repo
+
+    from lib import layout
+    from lib.layout import RunPaths
+
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))
+    params["smoothing"].update(systems=["rec", "band"], asr_systems=["rec"], pairs=["en-de", "en-it"], seeds=[1, 3])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
+    with Repo(str(tmp_path)) as repo:
+        stages = {s.name: s for s in repo.index.stages}
+        graph_edges = {(a.name, b.name) for a, b in repo.index.graph.edges}
+
+    def rel(path: Path) -> str:
+        return path.relative_to(tmp_path).as_posix()
+
+    def run_outs(run: RunPaths) -> set[str]:
+        return {rel(run.model), rel(run.timing), rel(run.decoded), rel(run.metrics), rel(run.curves)}
+
+    smoothing = sorted(n for n in stages if n.startswith("train_smoothing@"))
+    assert len(smoothing) == 2 * 2 * 2
+    assert sorted(n for n in stages if n.startswith("train_asr_smoothing@")) == [
+        "train_asr_smoothing@rec-en-de", "train_asr_smoothing@rec-en-it"]
+    for system in ("rec", "band"):
+        for pair in ("en-de", "en-it"):
+            for seed in (1, 3):
+                name = f"train_smoothing@{system}-{pair}-{seed}"
+                assert {o.def_path for o in stages[name].outs} == run_outs(
+                    RunPaths(tmp_path, "smoothing", pair, seed, variant=system))
+                deps = {d.def_path for d in stages[name].deps}
+                assert rel(RunPaths(tmp_path, "baseline", pair, seed).model) in deps
+                assert "runs/variants/smoothing_asr" in deps
+                assert f"smoothing.defs.{system}" in {k for d in stages[name].deps if hasattr(d, "params")
+                                                      for k in d.params}
+                # DVC's graph points from a stage to the stages whose outputs it reads
+                assert ("report", name) in graph_edges
+                assert (name, f"train_baseline@{pair}-{seed}") in graph_edges
+        for pair in ("en-de", "en-it"):
+            if system == "rec":
+                assert {o.def_path for o in stages[f"train_asr_smoothing@rec-{pair}"].outs} == run_outs(
+                    RunPaths(tmp_path, "smoothing_asr", pair, variant="rec"))
+                assert (f"train_smoothing@rec-{pair}-1", f"train_asr_smoothing@rec-{pair}") in graph_edges
+    assert layout.VARIANT_PLOTS.as_posix() in {o.def_path for o in stages["report"].outs}

@@ -57,6 +57,20 @@ def test_repo_params_load() -> None:
     (lambda p: p.__setitem__("seeds", []), "seeds: empty"),
     (lambda p: p.__setitem__("seeds", [1, 2, 2]), "seeds: duplicates"),
     (lambda p: p.__setitem__("pairs", ["en-de", "en-de"]), "pairs: duplicates"),
+    # attention smoothing (specs/variants.md §1.5 item 11): every bad definition stops before training
+    (lambda p: p["smoothing"].__setitem__("systems", ["recursive"]), "smoothing.systems[0]: unknown system 'recursive'"),
+    (lambda p: p["smoothing"].__setitem__("asr_systems", ["rec"]), "smoothing.asr_systems[0]: 'rec' is not in"),
+    (lambda p: p["smoothing"].update(pairs=["en-fr"], systems=["rec"]), "smoothing.pairs[0]: 'en-fr' is not in pairs"),
+    (lambda p: p["smoothing"].update(seeds=[9], systems=["rec"]), "smoothing.seeds[0]: 9 is not in seeds"),
+    (lambda p: p["smoothing"]["defs"]["rec"].__setitem__("layers", [1, 2]), r"smoothing.defs.rec.layers"),
+    (lambda p: p["smoothing"]["defs"]["band"].__setitem__("k", 4), r"smoothing.defs.band.k"),
+    (lambda p: p["smoothing"]["defs"]["rec"].__setitem__("gamma", 1.5), r"smoothing.defs.rec.gamma"),
+    (lambda p: p["smoothing"]["defs"]["rec"].__setitem__("prior", "gauss"), r"smoothing.defs.rec.prior"),
+    (lambda p: p["smoothing"]["defs"]["rec"].__setitem__("where", ["decoder"]), r"smoothing.defs.rec.where"),
+    (lambda p: p["smoothing"]["defs"]["rec"].__setitem__("gama", 0.1), r"smoothing.defs.rec: unknown key"),
+    (lambda p: p["smoothing"]["defs"].__setitem__("Rec-2", {"prior": "uniform"}), r"smoothing.defs.Rec-2"),
+    (lambda p: p["smoothing"]["defs"]["rec_all"].__setitem__("layers", [2, 9]), r"smoothing.defs.rec_all"),
+    (lambda p: p["smoothing"].__setitem__("system", []), r"smoothing.system"),
 ])
 def test_bad_values_name_the_key(tmp_path: Path, mutate, key: str) -> None:
     with pytest.raises(ParamError, match=key.replace("[", r"\[").replace("]", r"\]")):
@@ -132,3 +146,10 @@ def test_profile_and_params_have_the_same_keys() -> None:
     a = yaml.safe_load((REPO / "params.yaml").read_text())
     b = yaml.safe_load((REPO / "profiles" / "paper.yaml").read_text())
     assert keys(a) == keys(b)
+
+
+def test_unused_smoothing_section_does_not_constrain_pairs_and_seeds(tmp_path: Path) -> None:
+    """With no smoothing system listed, `-S seeds=[1]` or `-S pairs=[en-it]` must still load."""
+    p = load_params(_write(tmp_path, lambda d: d.update(seeds=[1], pairs=["en-it"], asr={"mode": "per_pair",
+                                                                                          "shared_pair": "en-de"})))
+    assert p.seeds == [1] and p.smoothing.seeds == [1, 2, 3, 4, 5] and p.smoothing.systems == []

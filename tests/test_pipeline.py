@@ -284,6 +284,48 @@ def test_parallel_seed_recipe_gathers_from_the_run_cache(tiny_repo: Path) -> Non
 
 
 @pytest.mark.slow
+def test_exp_run_with_smoothing_systems(tiny_repo: Path) -> None:
+    """specs/variants.md §1.5 item 12: `dvc exp run -S smoothing.systems=[...]` trains only the smoothed
+    systems (from the baseline's ASR model, or a smoothed one for asr_systems), measures the attention's
+    peakiness against the baseline of the same seed, and the report adds the table, figure and flat keys."""
+    import torch
+
+    baseline = (tiny_repo / "metrics/baseline/en-de/seed1.json").read_text()
+    out = _run(["dvc", "exp", "run", "-S", "smoothing.systems=[rec_pred_all,band]", "-S", "smoothing.seeds=[1]",
+                "-S", "smoothing.asr_systems=[rec_pred_all]"], tiny_repo).stdout
+    ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
+    assert ran == ["report", "train_asr_smoothing@rec_pred_all-en-de", "train_smoothing@band-en-de-1",
+                   "train_smoothing@rec_pred_all-en-de-1"], out
+    assert (tiny_repo / "metrics/baseline/en-de/seed1.json").read_text() == baseline
+    n_layers = TINY["model"]["overrides"]["encoder_layers"]
+    for system in ("rec_pred_all", "band"):
+        m = json.loads((tiny_repo / f"metrics/variants/smoothing/{system}/en-de/seed1.json").read_text())
+        assert m["updates"] == TRAIN_TINY["max_updates"] and 0 <= m["bleu"] <= 100
+        for key in ("attn_diag", "attn_entropy", "baseline_attn_diag", "baseline_attn_entropy"):
+            assert len(m[key]) == n_layers and all(v >= 0 for v in m[key]), key
+        model = torch.load(tiny_repo / f"runs/variants/smoothing/{system}/en-de/seed1/model.pt", weights_only=True)
+        specs = model["model_config"]["encoder_attention"]
+        assert [s["type"] for s in specs] == (["full"] + ["smooth"] * (n_layers - 1) if system == "rec_pred_all"
+                                              else ["smooth"] * n_layers)
+        assert (model["model_config"].get("cross_attention") is not None) == (system == "rec_pred_all")
+    rec = json.loads((tiny_repo / "metrics/variants/smoothing/rec_pred_all/en-de/seed1.json").read_text())
+    assert rec["gate_mean"][0] is None and all(0 < g < 1 for g in rec["gate_mean"][1:])
+    band = json.loads((tiny_repo / "metrics/variants/smoothing/band/en-de/seed1.json").read_text())
+    assert all(len(b) == 13 for b in band["band_logits"])
+    # the same baseline measured by both runs
+    assert rec["baseline_attn_diag"] == band["baseline_attn_diag"]
+    assert json.loads((tiny_repo / "metrics/variants/smoothing_asr/rec_pred_all/en-de.json").read_text())["wer"] >= 0
+    report = (tiny_repo / "reports/report.md").read_text()
+    section = report.split("## Attention smoothing with priors (seed 002)")[1]
+    assert "| rec_pred_all |" in section and "| band |" in section and "| Q6 |" in section
+    assert (tiny_repo / "plots/variants/smoothing/en-de.png").stat().st_size > 0
+    summary = json.loads((tiny_repo / "metrics/summary.json").read_text())
+    assert {"en-de/smooth_band/bleu", "en-de/smooth_rec_pred_all/delta_bleu"} <= set(summary)
+    assert summary["en-de/smooth_band/bleu"] == band["bleu"]
+    assert "Running stage" not in _run(["dvc", "repro"], tiny_repo).stdout
+
+
+@pytest.mark.slow
 def test_exp_run_with_per_pair_asr(tiny_repo: Path) -> None:
     """asr.mode=per_pair (the paper): every pair trains its own ASR model; train_asr_shared only
     writes placeholders. (Last in this file: it leaves the workspace in per_pair mode.)"""

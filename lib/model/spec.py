@@ -114,3 +114,17 @@ def decoder_smoothing_specs(sdef: dict, n_layers: int, *, key: str = "smoothing"
         attr: decoder_attention_spec({"type": "smooth", **opts}, n_layers, key=key) if place in where else None
         for place, attr in (("decoder_self", "decoder_self_attention"), ("cross", "cross_attention"))
     }
+
+
+def smoothing_model_specs(base: Sequence[dict], sdef: dict, decoder_layers: int, *,
+                          key: str = "smoothing") -> tuple[list[dict], dict[str, dict | None]]:
+    """Everything a smoothing definition changes in a model: ``(encoder_attention, decoder)`` where
+    ``encoder_attention`` is :func:`smoothing_spec` over ``base`` (the encoder's per-layer spec, full
+    or local) and ``decoder`` the ``ModelConfig`` overrides of :func:`decoder_smoothing_specs` (both
+    None when ``where`` names no decoder place). ``layers`` counts the layers of each place it applies
+    to. ValueError naming ``key``."""
+    encoder = smoothing_spec(base, sdef, len(base), key=key)
+    where = sdef.get("where", ["encoder"]) if isinstance(sdef, dict) else []
+    if any(w in ("decoder_self", "cross") for w in where):
+        return encoder, decoder_smoothing_specs(sdef, decoder_layers, key=key)
+    return encoder, {"decoder_self_attention": None, "cross_attention": None}

@@ -10,6 +10,7 @@ from typing import Any
 from lib import layout, paper
 from lib.layout import RunPaths
 from lib.params import Params
+from lib.report.smoothing import smoothing_section
 from lib.report.tables import (health_markdown, load_scores, paper_comparison_markdown, significance, summary,
                                table2_markdown)
 
@@ -92,6 +93,10 @@ def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
         parts.append(f"\n## Table 1 ({pair}): window selection (Algorithm 1)\n")
         parts.append(_include(layout.windows_dir(root, pair) / "table1.md", "select_windows output missing"))
         parts.append(_images(root, layout.analysis_plots(root, pair)))
+    smoothing_md, smoothing_flat = smoothing_section(root, p.smoothing)
+    flat.update(smoothing_flat)
+    if smoothing_md:
+        parts.append(smoothing_md)
     parts.append("\n## Efficiency (CPU)\n")
     parts.append("From `python benchmarks/encoder_efficiency.py --metrics metrics/efficiency.json --md "
                  "metrics/efficiency.md --plot plots/efficiency/time_vs_N.png` (a benchmark, not a pipeline "

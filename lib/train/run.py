@@ -143,7 +143,10 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     init_digest = None
     if spec.init_encoder is not None:
         state = ckpt.load(spec.init_encoder)
-        model.load_encoder_from(state["model"])
+        report = model.load_encoder_from(state["model"])
+        if report.missing and rank == 0:  # attention-variant parameters the source has not: initialised
+            print(f"init from {spec.init_encoder}: not in the source, kept at initialisation: "
+                  f"{', '.join(report.missing)}", file=sys.stderr)
         if cfg.init_decoder:
             model.load_decoder_layers_from(state["model"])
         init_digest = file_digest(spec.init_encoder)
@@ -372,3 +375,38 @@ def write_unused_shared_asr(root: Path) -> dict[str, Any]:
     metrics = {"asr_mode": "per_pair"}
     atomic_write_json(paths.metrics, metrics)
     return metrics
+
+
+def smoothing_spec_from_params(p: Params, root: Path, name: str, pair: str, seed: int | None = None) -> RunSpec:
+    """The RunSpec of one smoothing run (specs/variants.md §1.3): ``seed=None`` is the ASR
+    pretraining of definition ``name`` (stage train_asr_smoothing, ``train_asr`` hyperparameters, into
+    runs/variants/smoothing_asr/<name>/<pair>); with a seed it is the ST run (stage train_smoothing,
+    ``train_st`` with that seed), whose encoder starts from that smoothed ASR model when ``name`` is in
+    ``smoothing.asr_systems`` and from the baseline's runs/asr/<pair>/model.pt otherwise -- so a
+    smoothed ST model differs from the baseline of the same seed in its attention only.
+
+    The definition ``smoothing.defs.<name>`` overlays the encoder's full attention (or, with
+    ``base: local``, the local-attention model's spec of :func:`local_encoder_attention`) and sets
+    the decoder's self-/cross-attention for the places its ``where`` names. ValueError names the key."""
+    from lib.model.spec import smoothing_model_specs
+
+    if name not in p.smoothing.defs:
+        raise ValueError(f"smoothing.defs: no system {name!r}; defined: {sorted(p.smoothing.defs)}")
+    sdef = p.smoothing.defs[name]
+    mcfg = model_config(p.model.size, **p.model.overrides)
+    if sdef.get("base", "full") == "local":
+        base = local_encoder_attention(p, root, pair)
+    else:
+        base = [{"type": "full"} for _ in range(mcfg.encoder_layers)]
+    encoder, decoder = smoothing_model_specs(base, sdef, mcfg.decoder_layers, key=f"smoothing.defs.{name}")
+    overrides = {**p.model.overrides, **{k: v for k, v in decoder.items() if v is not None}}
+    if seed is None:
+        spec = spec_from_params(p, root, "asr", pair, encoder_attention=encoder)
+        spec.paths = RunPaths(root, "smoothing_asr", pair, variant=name)
+    else:
+        spec = spec_from_params(p, root, "baseline", pair, seed, encoder_attention=encoder)
+        spec.paths = RunPaths(root, "smoothing", pair, seed, variant=name)
+        if name in p.smoothing.asr_systems:
+            spec.init_encoder = RunPaths(root, "smoothing_asr", pair, variant=name).model
+    spec.model_overrides = overrides
+    return spec
