@@ -1,0 +1,208 @@
+"""Cost of attention smoothing with priors (seed 002): training step time and decoding speed of every
+definition in params.yaml's ``smoothing.defs`` against plain attention, and the plain (default) path
+of this code against the code of an earlier commit (``--baseline-rev``, default a772637: the last
+full run before smoothing existed), all side by side in one run.
+
+    python benchmarks/smoothing_speed.py [--reps 5] [--rounds 3] [--baseline-rev a772637]
+
+The seed claims no speed; this reports the overhead. Smoothed layers take the explicit-weights path
+(A' must be formed), plain layers PyTorch's SDPA kernel. Training step: forward + backward + Adam on
+one demo-size batch (``--batch`` x ``--frames`` frames, ``--tokens`` target tokens), the pipeline's
+default precision (``amp: auto``), median over ``--reps`` steps after two warm-up steps. Decoding:
+beam 5 on the first ``--sentences`` tst-COMMON sentences of the prepared en-de demo data with the
+trained baseline's weights (runs/baseline/en-de/seed1/model.pt) loaded into each configuration
+(smoothing parameters at their initialisation), when that model exists.
+
+The default-path comparison runs each tree in its own subprocess, alternating ``--rounds`` times,
+and reports the ratio of medians (target: within 3 %).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config  # noqa: E402
+from lib.model.spec import smoothing_model_specs  # noqa: E402
+from lib.params import load_params  # noqa: E402
+from lib.precision import autocast, resolve_amp  # noqa: E402
+from lib.train.objectives import label_smoothed_nll_loss  # noqa: E402
+
+# One training-step measurement of the plain model, run inside a given source tree (argv[1]).
+PLAIN_STEP = r"""
+import statistics, sys, time, torch
+sys.path.insert(0, sys.argv[1])
+from lib.model.s2t_transformer import S2TTransformer, model_config
+from lib.precision import autocast, resolve_amp
+from lib.train.objectives import label_smoothed_nll_loss
+b, f, t, reps = map(int, sys.argv[2:6])
+overrides = eval(sys.argv[6])
+torch.manual_seed(0)
+cfg = model_config("demo", vocab_size=200, **overrides)
+model = S2TTransformer(cfg).train()
+feats, lengths = torch.randn(b, f, cfg.n_mels), torch.full((b,), f)
+prev, target = torch.randint(4, 200, (b, t)), torch.randint(4, 200, (b, t))
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+amp = resolve_amp("auto", torch.device("cpu"))
+times = []
+for i in range(reps + 2):
+    t0 = time.perf_counter()
+    with autocast(torch.device("cpu"), amp):
+        logits = model(feats, lengths, prev)
+    loss, _ = label_smoothed_nll_loss(logits.float(), target, 0.1, 1)
+    opt.zero_grad(); loss.backward(); opt.step()
+    if i >= 2:
+        times.append(time.perf_counter() - t0)
+print(statistics.median(times))
+"""
+
+
+def step_time(model: torch.nn.Module, batch: tuple, reps: int, amp: str) -> float:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    feats, lengths, prev, target = batch
+    times = []
+    for i in range(reps + 2):
+        t0 = time.perf_counter()
+        with autocast(torch.device("cpu"), amp):
+            logits = model(feats, lengths, prev)
+        loss, _ = label_smoothed_nll_loss(logits.float(), target, 0.1, 1)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i >= 2:  # warm-up
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def configs(overrides: dict) -> dict[str, dict]:
+    """name -> ModelConfig overrides: plain attention, then every definition of smoothing.defs."""
+    p = load_params(ROOT / "params.yaml")
+    cfg = model_config("demo", **overrides)
+    out = {"plain": {}}
+    for name, sdef in p.smoothing.defs.items():
+        encoder, decoder = smoothing_model_specs([{"type": "full"}] * cfg.encoder_layers, sdef, cfg.decoder_layers,
+                                                 key=f"smoothing.defs.{name}")
+        out[name] = {"encoder_attention": encoder, **{k: v for k, v in decoder.items() if v is not None}}
+    return out
+
+
+def plain_step_in_tree(tree: Path, args: argparse.Namespace, overrides: dict) -> float:
+    out = subprocess.run([sys.executable, "-c", PLAIN_STEP, str(tree), str(args.batch), str(args.frames),
+                          str(args.tokens), str(args.reps), repr(overrides)],
+                         capture_output=True, text=True, check=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--frames", type=int, default=300)
+    ap.add_argument("--tokens", type=int, default=15)
+    ap.add_argument("--sentences", type=int, default=100)
+    ap.add_argument("--baseline-rev", default="a772637")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    p = load_params(ROOT / "params.yaml")
+    overrides = dict(p.model.overrides)
+    amp = resolve_amp("auto", torch.device("cpu"))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, precision {amp}; demo model "
+          f"(model.overrides {overrides}); batch {args.batch} x {args.frames} frames x {args.tokens} tokens")
+    results: dict[str, dict] = {}
+
+    # 1. The default path against the earlier commit's code, alternating subprocesses.
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp) / "old"
+        old.mkdir()
+        archive = subprocess.run(["git", "archive", "--format=tar", args.baseline_rev, "lib"], cwd=ROOT,
+                                 capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tf:
+            tf.extractall(old, filter="data")
+        now_t, old_t = [], []
+        for _ in range(args.rounds):
+            old_t.append(plain_step_in_tree(old, args, overrides))
+            now_t.append(plain_step_in_tree(ROOT, args, overrides))
+    ratio = statistics.median(now_t) / statistics.median(old_t)
+    print(f"\nplain (default) training step, this code vs {args.baseline_rev}: "
+          f"{statistics.median(now_t) * 1e3:.1f} ms vs {statistics.median(old_t) * 1e3:.1f} ms "
+          f"(medians of {args.rounds} alternating rounds) = {ratio:.3f}x (target: within 3 %)")
+    results["default_path"] = {"now_ms": round(statistics.median(now_t) * 1e3, 1),
+                               "baseline_rev": args.baseline_rev,
+                               "baseline_ms": round(statistics.median(old_t) * 1e3, 1), "ratio": round(ratio, 3)}
+
+    # 2. Every smoothing definition against plain attention: training step and beam-5 decoding.
+    torch.manual_seed(0)
+    batch = (torch.randn(args.batch, args.frames, 80), torch.full((args.batch,), args.frames),
+             torch.randint(4, 200, (args.batch, args.tokens)), torch.randint(4, 200, (args.batch, args.tokens)))
+    model_path = ROOT / "runs/baseline/en-de/seed1/model.pt"
+    prepared = ROOT / "data/prepared/en-de"
+    decode = model_path.is_file() and (prepared / "tst-COMMON.tsv").is_file()
+    if decode:
+        from lib.data.dataset import SpeechDataset
+        from lib.decode.beam_search import BeamSearchConfig, translate_dataset
+        from lib.train import checkpoint as ckpt
+
+        state = ckpt.load(model_path)
+        base_cfg = state["model_config"]
+        ds = SpeechDataset(prepared, "tst-COMMON", "st")
+
+        class First:  # the first n sentences
+            def __init__(self, n: int) -> None:
+                self.n = min(n, len(ds))
+                self.n_frames, self.rows, self.targets = ds.n_frames[: self.n], ds.rows[: self.n], ds.targets[: self.n]
+
+            def __len__(self) -> int:
+                return self.n
+
+            def features(self, i: int):
+                return ds.features(i)
+
+            def decode(self, ids):
+                return ds.decode(ids)
+
+        subset = First(args.sentences)
+    print(f"\n{'system':<14} {'train ms/step':>14} {'x plain':>8}" + (f" {'decode sent/s':>14} {'x plain':>8}"
+                                                                         if decode else ""))
+    rows = {}
+    for name, extra in configs(overrides).items():
+        torch.manual_seed(0)
+        cfg = model_config("demo", vocab_size=200, **overrides, **extra)
+        t = step_time(S2TTransformer(cfg).train(), batch, args.reps, amp)
+        row = {"train_ms": round(t * 1e3, 1)}
+        if decode:
+            cfg_d = ModelConfig.from_dict({**base_cfg, **extra})
+            model = S2TTransformer(cfg_d)
+            model.load_state_dict(state["model"], strict=False)  # smoothing params stay at their init
+            t0 = time.perf_counter()
+            translate_dataset(model.eval(), subset, 20000, BeamSearchConfig(beam=5, max_len_b=100), "cpu",
+                              progress=False, amp=amp)
+            row["decode_sent_per_s"] = round(len(subset) / (time.perf_counter() - t0), 2)
+        rows[name] = row
+        plain = rows["plain"]
+        line = f"{name:<14} {row['train_ms']:>14.1f} {row['train_ms'] / plain['train_ms']:>8.2f}"
+        if decode:
+            line += f" {row['decode_sent_per_s']:>14.2f} {plain['decode_sent_per_s'] / row['decode_sent_per_s']:>8.2f}"
+        print(line)
+    if not decode:
+        print("decoding: no trained model at runs/baseline/en-de/seed1/model.pt (run `dvc repro train_baseline`)")
+    else:
+        print(f"(decoding: beam 5, first {subset.n} tst-COMMON sentences of en-de; 'x plain' = time relative to plain)")
+    results["systems"] = rows
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

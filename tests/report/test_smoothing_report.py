@@ -1,0 +1,83 @@
+"""The report's smoothing section (lib/report/smoothing.py) on hand-made run outputs: the numbers in
+the table and in metrics/summary.json come from the files, Δ is against the baseline of the same
+seeds, the seed's claims are checked against them, and a missing run names its file and stage."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lib.decode.metrics import paired_bootstrap
+from lib.layout import RunPaths, variant_figure
+from lib.params import SmoothingParams
+from lib.report.smoothing import smoothing_section
+
+REFS = ["a b c d", "e f g h", "i j k l", "m n o p"]
+
+
+def write_run(run: RunPaths, bleu: float, hyps: list[str], **extra) -> None:
+    run.metrics.parent.mkdir(parents=True, exist_ok=True)
+    run.metrics.write_text(json.dumps({"bleu": bleu, "chrf": bleu + 10, **extra}))
+    run.decoded.mkdir(parents=True, exist_ok=True)
+    run.hyps().write_text("".join(h + "\n" for h in hyps))
+    run.refs().write_text("".join(r + "\n" for r in REFS))
+
+
+def attn(diag: list[float], ent: list[float], base_diag: list[float], base_ent: list[float], **more) -> dict:
+    return {"attn_diag": diag, "attn_entropy": ent, "baseline_attn_diag": base_diag,
+            "baseline_attn_entropy": base_ent, "uniform_entropy": 3.0, **more}
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    for seed, bleu in ((1, 20.0), (2, 22.0)):
+        write_run(RunPaths(tmp_path, "baseline", "en-de", seed), bleu, REFS)
+    stats = attn([0.5, 0.3, 0.2], [1.0, 2.0, 2.5], [0.5, 0.4, 0.4], [1.0, 1.5, 1.6])
+    for seed, (rec, prev) in ((1, (21.0, 19.0)), (2, (25.0, 20.0))):
+        write_run(RunPaths(tmp_path, "smoothing", "en-de", seed, variant="rec"), rec, REFS,
+                  definition={"prior": "prev", "recursive": True, "gamma": 0.1, "where": ["encoder"]}, **stats)
+        write_run(RunPaths(tmp_path, "smoothing", "en-de", seed, variant="prev"), prev, ["x"] * 4,
+                  definition={"prior": "prev", "gamma": 0.1, "where": ["encoder"]}, **stats)
+    return tmp_path
+
+
+def test_table_summary_and_claims_come_from_the_files(root: Path) -> None:
+    sp = SmoothingParams(systems=["rec", "prev"], pairs=["en-de"], seeds=[1, 2])
+    md, flat = smoothing_section(root, sp)
+    # baseline 21.00 ± 1.41; rec 23.00 ± 2.83 (Δ +2.00); prev 19.50 (Δ -1.50)
+    assert "| baseline | full attention | 21.00 ± 1.41 |" in md
+    assert "| rec |" in md and "| 23.00 ± 2.83 | 33.00 | +2.00 |" in md
+    assert flat["en-de/smooth_rec/bleu"] == 23.0 and flat["en-de/smooth_rec/delta_bleu"] == 2.0
+    assert flat["en-de/smooth_prev/bleu"] == 19.5 and flat["en-de/smooth_prev/bleu_std"] == pytest.approx(0.71)
+    # diag/entropy averaged over the smoothed layers only (prev prior: layers 2..3)
+    assert flat["en-de/smooth_rec/attn_diag"] == 0.25 and flat["en-de/smooth_rec/baseline_attn_diag"] == 0.4
+    assert flat["en-de/smooth_rec/attn_entropy"] == 2.25 and flat["en-de/smooth_rec/baseline_attn_entropy"] == 1.55
+    # the paired bootstrap of each seed against the baseline hypotheses of that seed
+    for name, hyps in (("rec", REFS), ("prev", ["x"] * 4)):
+        p_value = paired_bootstrap(REFS, hyps, REFS, n_samples=1000)["p_value"]
+        assert f"{p_value:.3f}, {p_value:.3f} |" in md.split(f"| {name} |")[1].split("\n")[0]
+        assert flat[f"en-de/smooth_{name}/significant_seeds"] == 2 * (p_value < 0.05)
+    assert "`rec` − `prev` = +3.50 BLEU" in md and "agrees" in md.split("| Q1 |")[1].split("\n")[0]
+    q6 = md.split("| Q6 |")[1].split("\n")[0]
+    assert "diag 0.250 vs 0.400, entropy 2.25 vs 1.55 (agrees)" in q6
+    assert variant_figure(root, "smoothing", "en-de").stat().st_size > 0
+
+
+def test_nothing_when_no_system_is_listed(root: Path) -> None:
+    assert smoothing_section(root, SmoothingParams(systems=[])) == ("", {})
+
+
+def test_a_missing_run_names_its_file_and_stage(root: Path) -> None:
+    sp = SmoothingParams(systems=["rec"], pairs=["en-de"], seeds=[1, 3])
+    with pytest.raises(FileNotFoundError, match=r"baseline/en-de/seed3.json: missing \(written by the train_baseline"):
+        smoothing_section(root, sp)
+    write_run(RunPaths(root, "baseline", "en-de", 3), 20.0, REFS)
+    with pytest.raises(FileNotFoundError, match=r"smoothing/rec/en-de/seed3.json: missing .*train_smoothing@rec-en-de-3"):
+        smoothing_section(root, sp)
+
+
+def test_hypotheses_of_another_test_set_are_rejected(root: Path) -> None:
+    RunPaths(root, "smoothing", "en-de", 1, variant="rec").refs().write_text("other\n" * 4)
+    with pytest.raises(ValueError, match="not the same test set"):
+        smoothing_section(root, SmoothingParams(systems=["rec"], pairs=["en-de"], seeds=[1, 2]))
