@@ -20,7 +20,10 @@ from lib.report.document import build_report
 def main() -> None:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     p = stage_params()
-    (ROOT / layout.VARIANT_PLOTS).mkdir(parents=True, exist_ok=True)  # an output: exists even with no variant run
+    # An output (cache: false, so git keeps it): never empty, so that a fresh clone has it too.
+    atomic_write_text(ROOT / layout.VARIANT_PLOTS / "README.md",
+                      "Figures of the attention variants (smoothing/<pair>.png), written by the `report` stage when "
+                      "`smoothing.systems` lists systems.\n")
     try:
         markdown, flat = build_report(p, ROOT)
     except (FileNotFoundError, ValueError) as e:

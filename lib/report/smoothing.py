@@ -108,8 +108,9 @@ def table_markdown(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
         diag, bdiag = _per_layer_mean(rows, "attn_diag"), _per_layer_mean(rows, "baseline_attn_diag")
         ent, bent = _per_layer_mean(rows, "attn_entropy"), _per_layer_mean(rows, "baseline_attn_entropy")
         layers = smoothed_layers(sysd["definition"], len(diag))
-        d, bd = _layer_mean(diag, layers), _layer_mean(bdiag, layers)
-        e, be = _layer_mean(ent, layers), _layer_mean(bent, layers)
+        # rounded once, so that the table, the claims and summary.json show the same numbers
+        d, bd = round(_layer_mean(diag, layers), 4), round(_layer_mean(bdiag, layers), 4)
+        e, be = round(_layer_mean(ent, layers), 3), round(_layer_mean(bent, layers), 3)
         learned = ""
         gates = [g for r in rows for g in (r["metrics"].get("gate_mean") or []) if g is not None]
         if gates:
@@ -123,14 +124,12 @@ def table_markdown(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
         definition = ", ".join(f"{k}: {v}" for k, v in sysd["definition"].items())
         ps = ", ".join(f"{r['p_value']:.3f}" for r in rows)
         lines.append(f"| {name} | {definition} | {sm:.2f} ± {ss:.2f} | {sc:.2f} | {sm - bm:+.2f} | {ps} | "
-                     f"{d:.3f} / {bd:.3f} | {e:.2f} / {be:.2f} | {learned} |")
+                     f"{d:.4f} / {bd:.4f} | {e:.3f} / {be:.3f} | {learned} |")
         flat.update({f"{pair}/smooth_{name}/bleu": round(sm, 2), f"{pair}/smooth_{name}/bleu_std": round(ss, 2),
                      f"{pair}/smooth_{name}/chrf": round(sc, 2), f"{pair}/smooth_{name}/delta_bleu": round(sm - bm, 2),
                      f"{pair}/smooth_{name}/significant_seeds": sum(r["p_value"] < 0.05 for r in rows),
-                     f"{pair}/smooth_{name}/attn_diag": round(d, 4),
-                     f"{pair}/smooth_{name}/baseline_attn_diag": round(bd, 4),
-                     f"{pair}/smooth_{name}/attn_entropy": round(e, 3),
-                     f"{pair}/smooth_{name}/baseline_attn_entropy": round(be, 3)})
+                     f"{pair}/smooth_{name}/attn_diag": d, f"{pair}/smooth_{name}/baseline_attn_diag": bd,
+                     f"{pair}/smooth_{name}/attn_entropy": e, f"{pair}/smooth_{name}/baseline_attn_entropy": be})
     return "\n".join(lines) + "\n", flat
 
 
@@ -178,7 +177,7 @@ def claims_markdown(data: dict[str, Any], flat: dict[str, float]) -> str:
                     d, bd = flat[f"{pair}/smooth_{n}/attn_diag"], flat[f"{pair}/smooth_{n}/baseline_attn_diag"]
                     e, be = flat[f"{pair}/smooth_{n}/attn_entropy"], flat[f"{pair}/smooth_{n}/baseline_attn_entropy"]
                     verdict = "agrees" if d < bd and e > be else "disagrees"
-                    parts.append(f"`{n}` diag {d:.3f} vs {bd:.3f}, entropy {e:.2f} vs {be:.2f} ({verdict})")
+                    parts.append(f"`{n}` diag {d:.4f} vs {bd:.4f}, entropy {e:.3f} vs {be:.3f} ({verdict})")
             measured = "; ".join(parts)
         out.append(f"| {q} | {claim} | {measured} |")
     return "| | seed 002 says | this run measured |\n|---|---|---|\n" + "\n".join(out) + "\n"

@@ -60,7 +60,7 @@ def test_table_summary_and_claims_come_from_the_files(root: Path) -> None:
         assert flat[f"en-de/smooth_{name}/significant_seeds"] == 2 * (p_value < 0.05)
     assert "`rec` − `prev` = +3.50 BLEU" in md and "agrees" in md.split("| Q1 |")[1].split("\n")[0]
     q6 = md.split("| Q6 |")[1].split("\n")[0]
-    assert "diag 0.250 vs 0.400, entropy 2.25 vs 1.55 (agrees)" in q6
+    assert "diag 0.2500 vs 0.4000, entropy 2.250 vs 1.550 (agrees)" in q6
     assert variant_figure(root, "smoothing", "en-de").stat().st_size > 0
 
 
