@@ -17,6 +17,11 @@ metrics/variants and data/decoded/variants, which hold a committed README so the
 
     smoothing_asr  ASR pretrained with a smoothing definition   runs/variants/smoothing_asr/<variant>/<pair>
     smoothing      ST with attention smoothing (seed 002)        runs/variants/smoothing/<variant>/<pair>/seed<k>
+    multi          one multilingual ST model over all pairs        runs/variants/multi/<variant>/seed<k>
+                   (seed 004; <variant> = baseline | subset | group | baseline_h8); its decoded test sets
+                   are per pair: data/decoded/variants/multi/<variant>/seed<k>/hyps.<pair>.tst-COMMON.txt
+
+The joint target vocabulary of the multilingual model (stage prepare_multi): data/prepared_multi/.
 
 Per training run (``<run>`` = the path after ``runs/`` above):
 
@@ -37,7 +42,7 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = ["ASR_SYSTEMS", "ST_SYSTEMS", "SYSTEMS", "VARIANT_ASR_SYSTEMS", "VARIANT_ST_SYSTEMS", "VARIANT_METRICS",
-           "VARIANT_DECODED", "VARIANT_PLOTS", "variant_figure", "TEST_SPLIT", "RunPaths", "analysis_dir", "analysis_metrics",
+           "VARIANT_DECODED", "VARIANT_PLOTS", "SMOOTHING_PLOTS", "PREPARED_MULTI", "multi_plots", "variant_figure", "TEST_SPLIT", "RunPaths", "analysis_dir", "analysis_metrics",
            "analysis_plots", "health_data", "health_metrics", "health_plot", "run_name", "run_paths",
            "windows_dir", "windows_json", "windows_metrics", "corpus_metrics", "corpus_plots", "REPORT", "SUMMARY",
            "EFFICIENCY_MD"]
@@ -45,7 +50,7 @@ __all__ = ["ASR_SYSTEMS", "ST_SYSTEMS", "SYSTEMS", "VARIANT_ASR_SYSTEMS", "VARIA
 ASR_SYSTEMS = ("asr_shared", "asr", "asr_local")
 ST_SYSTEMS = ("baseline", "local")
 VARIANT_ASR_SYSTEMS = ("smoothing_asr",)
-VARIANT_ST_SYSTEMS = ("smoothing",)
+VARIANT_ST_SYSTEMS = ("smoothing", "multi")
 SYSTEMS = ASR_SYSTEMS + ST_SYSTEMS + VARIANT_ASR_SYSTEMS + VARIANT_ST_SYSTEMS
 TEST_SPLIT = "tst-COMMON"
 
@@ -67,6 +72,12 @@ def run_name(system: str, pair: str | None = None, seed: int | None = None, vari
         raise ValueError(f"system {system!r} takes no variant name, got {variant!r}")
     if system == "asr_shared":
         return system
+    if system == "multi":  # one model for all pairs
+        if pair is not None:
+            raise ValueError(f"system 'multi' covers every pair: no pair, got {pair!r}")
+        if seed is None:
+            raise ValueError("system 'multi' needs a seed")
+        return f"variants/multi/{variant}/seed{seed}"
     if pair is None:
         raise ValueError(f"system {system!r} needs a pair")
     prefix = f"variants/{system}/{variant}" if is_variant else system
@@ -109,11 +120,12 @@ class RunPaths:
     def decoded(self) -> Path:
         return self.root / "data" / "decoded" / self.name
 
-    def hyps(self, split: str = TEST_SPLIT) -> Path:
-        return self.decoded / f"hyps.{split}.txt"
+    def hyps(self, split: str = TEST_SPLIT, pair: str | None = None) -> Path:
+        """``hyps.<split>.txt``; ``hyps.<pair>.<split>.txt`` for one pair of a multilingual run."""
+        return self.decoded / (f"hyps.{pair}.{split}.txt" if pair else f"hyps.{split}.txt")
 
-    def refs(self, split: str = TEST_SPLIT) -> Path:
-        return self.decoded / f"refs.{split}.txt"
+    def refs(self, split: str = TEST_SPLIT, pair: str | None = None) -> Path:
+        return self.decoded / (f"refs.{pair}.{split}.txt" if pair else f"refs.{split}.txt")
 
     @property
     def metrics(self) -> Path:
@@ -131,12 +143,14 @@ def run_paths(root: Path | str, system: str, pair: str | None = None, seed: int 
 
 VARIANT_METRICS = Path("metrics/variants")  # hold a committed README.md: always present for the report's deps
 VARIANT_DECODED = Path("data/decoded/variants")
-VARIANT_PLOTS = Path("plots/variants")  # the report's figures of the variants (an output of `report`)
+PREPARED_MULTI = Path("data/prepared_multi")  # joint vocabulary (spm_multi.model, tasks.json)
+VARIANT_PLOTS = Path("plots/variants")
+SMOOTHING_PLOTS = VARIANT_PLOTS / "smoothing"  # the report's smoothing figures (an output of `report`)
 
 
 def variant_figure(root: Path | str, family: str, pair: str) -> Path:
     """The report's figure of one variant family (``smoothing``) on one pair."""
-    return Path(root) / VARIANT_PLOTS / family / f"{pair}.png"
+    return Path(root) / VARIANT_PLOTS / family / f"{pair}.png"  # family "smoothing": inside SMOOTHING_PLOTS
 
 
 def windows_dir(root: Path | str, pair: str) -> Path:
@@ -181,3 +195,8 @@ def corpus_metrics(root: Path | str, pair: str) -> Path:
 
 def corpus_plots(root: Path | str, pair: str) -> Path:
     return Path(root) / "plots" / "corpus" / pair
+
+
+def multi_plots(root: Path | str, variant: str, seed: int) -> Path:
+    """Head-sharing heatmaps of one multilingual run (the seed's Fig. 3), written by train_multi."""
+    return Path(root) / VARIANT_PLOTS / "multi" / variant / f"seed{seed}"

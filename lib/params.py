@@ -519,6 +519,73 @@ class SmoothingParams:
                 raise ParamError(str(e)) from None
 
 
+MULTI_SYSTEMS = ("baseline", "subset", "group", "baseline_h8")
+HEAD_SELECTION_SIDES = ("encoder_self", "decoder_self")
+
+
+@dataclass(frozen=True)
+class HeadSelectionParams:
+    """``multi.head_selection`` (seed 004; specs/variants.md §2.3-2.4): H' candidate heads per layer of
+    which each task (target language) selects the model's H (``model`` size's n_heads)."""
+
+    candidates: int = 8  # H'
+    apply_to: list[str] = field(default_factory=lambda: list(HEAD_SELECTION_SIDES))
+    tau_start: float = 5.0  # Gumbel-sigmoid temperature, annealed geometrically over anneal_updates
+    tau_end: float = 5.0
+    anneal_updates: int = 540
+    kl_weight: float | str = 0.0  # λ of the KL to the prior p(z=1) = H/H'; "elbo": the seed's Eq. 3 weight
+
+    def validate(self, prefix: str) -> None:
+        if self.candidates < 1:
+            raise ParamError(f"{prefix}.candidates: must be >= 1, got {self.candidates}")
+        bad = [s for s in self.apply_to if s not in HEAD_SELECTION_SIDES]
+        if bad or not self.apply_to:
+            raise ParamError(f"{prefix}.apply_to: expected a non-empty subset of {list(HEAD_SELECTION_SIDES)}, "
+                             f"got {self.apply_to}")
+        if not (self.tau_start > 0 and self.tau_end > 0):
+            raise ParamError(f"{prefix}.tau_start / tau_end: must be > 0, got {self.tau_start} / {self.tau_end}")
+        if self.anneal_updates < 1:
+            raise ParamError(f"{prefix}.anneal_updates: must be >= 1, got {self.anneal_updates}")
+        if isinstance(self.kl_weight, str) and self.kl_weight != "elbo":
+            raise ParamError(f"{prefix}.kl_weight: a number >= 0 or 'elbo', got {self.kl_weight!r}")
+        if not isinstance(self.kl_weight, str) and self.kl_weight < 0:
+            raise ParamError(f"{prefix}.kl_weight: must be >= 0, got {self.kl_weight}")
+
+
+@dataclass(frozen=True)
+class MultiParams:
+    """``multi``: one multilingual ST model over all ``pairs`` (seed 004), opt-in.
+
+    ``systems`` (default [] = no training stage): ``baseline`` (H heads, target-language tag only),
+    ``subset`` / ``group`` (head selection, H of ``head_selection.candidates``), ``baseline_h8`` (twice
+    the heads, no selection: the seed's H = 8 row). The joint vocabulary (stage prepare_multi) is
+    always built: it is cheap. ``asr_init``: the pair whose ASR model (runs/asr/<pair>) initialises
+    the encoder. ``max_updates``: the multilingual run's length; the other training settings are
+    ``train_st``'s."""
+
+    systems: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [1])
+    vocab_size: int = 768
+    asr_init: str = "en-de"
+    max_updates: int = 540
+    head_selection: HeadSelectionParams = field(default_factory=HeadSelectionParams)
+
+    def validate(self, prefix: str) -> None:
+        for i, name in enumerate(self.systems):
+            if name not in MULTI_SYSTEMS:
+                raise ParamError(f"{prefix}.systems[{i}]: unknown system {name!r}; known: {list(MULTI_SYSTEMS)}")
+        if len(set(self.systems)) != len(self.systems) or len(set(self.seeds)) != len(self.seeds):
+            raise ParamError(f"{prefix}: duplicates in systems {self.systems} or seeds {self.seeds}")
+        if not self.seeds:
+            raise ParamError(f"{prefix}.seeds: empty; list at least one seed, e.g. [1]")
+        if self.vocab_size < 8:
+            raise ParamError(f"{prefix}.vocab_size: must be >= 8, got {self.vocab_size}")
+        if not PAIR_PATTERN.match(self.asr_init):
+            raise ParamError(f"{prefix}.asr_init: expected a pair like 'en-de', got {self.asr_init!r}")
+        if self.max_updates < 1:
+            raise ParamError(f"{prefix}.max_updates: must be >= 1, got {self.max_updates}")
+
+
 @dataclass(frozen=True)
 class Params:
     """The sections of params.yaml that the implemented stages read."""
@@ -538,6 +605,7 @@ class Params:
     asr: AsrParams = field(default_factory=AsrParams)
     efficiency: EfficiencyParams = field(default_factory=EfficiencyParams)  # benchmarks/encoder_efficiency.py
     smoothing: SmoothingParams = field(default_factory=SmoothingParams)  # opt-in variant (stage train_smoothing)
+    multi: MultiParams = field(default_factory=MultiParams)  # opt-in variant (stage train_multi)
 
     def validate(self, prefix: str) -> None:
         if not self.pairs:
@@ -563,6 +631,11 @@ class Params:
             if seed not in self.seeds:
                 raise ParamError(f"smoothing.seeds[{i}]: {seed} is not in seeds {self.seeds} (the baseline of the "
                                  f"same seed is the comparison)")
+        if self.multi.systems and self.multi.asr_init not in self.pairs:
+            raise ParamError(f"multi.asr_init: {self.multi.asr_init!r} is not in pairs {self.pairs} (its ASR model "
+                             f"initialises the multilingual encoder)")
+        if self.multi.systems and len(self.pairs) < 2:
+            raise ParamError(f"multi.systems: a multilingual model needs at least two pairs, got pairs {self.pairs}")
         from lib.model.config import model_config
 
         try:

@@ -21,8 +21,8 @@ def main() -> None:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     p = stage_params()
     # An output (cache: false, so git keeps it): never empty, so that a fresh clone has it too.
-    atomic_write_text(ROOT / layout.VARIANT_PLOTS / "README.md",
-                      "Figures of the attention variants (smoothing/<pair>.png), written by the `report` stage when "
+    atomic_write_text(ROOT / layout.SMOOTHING_PLOTS / "README.md",
+                      "Figures of the smoothing experiments (<pair>.png), written by the `report` stage when "
                       "`smoothing.systems` lists systems.\n")
     try:
         markdown, flat = build_report(p, ROOT)

@@ -106,7 +106,7 @@ def test_dvc_yaml_paths_follow_lib_layout() -> None:
                                                       rel(layout.health_plot(REPO, pair, model))}
         assert outs(f"corpus_stats@{pair}") == {rel(layout.corpus_metrics(REPO, pair)),
                                                 rel(layout.corpus_plots(REPO, pair))}
-    assert outs("report") == {layout.REPORT.as_posix(), layout.SUMMARY.as_posix(), layout.VARIANT_PLOTS.as_posix()}
+    assert outs("report") == {layout.REPORT.as_posix(), layout.SUMMARY.as_posix(), layout.SMOOTHING_PLOTS.as_posix()}
     report_deps = {d.def_path for d in stages["report"].deps}
     assert {layout.VARIANT_METRICS.as_posix(), layout.VARIANT_DECODED.as_posix()} <= report_deps
     # The variants' stages exist only when their systems are listed (all empty by default).
@@ -188,4 +188,4 @@ def test_smoothing_stages_follow_lib_layout(tmp_path: Path) -> None:
                 assert {o.def_path for o in stages[f"train_asr_smoothing@rec-{pair}"].outs} == run_outs(
                     RunPaths(tmp_path, "smoothing_asr", pair, variant="rec"))
                 assert (f"train_smoothing@rec-{pair}-1", f"train_asr_smoothing@rec-{pair}") in graph_edges
-    assert layout.VARIANT_PLOTS.as_posix() in {o.def_path for o in stages["report"].outs}
+    assert layout.SMOOTHING_PLOTS.as_posix() in {o.def_path for o in stages["report"].outs}

@@ -50,11 +50,13 @@ class Batch:
     target_lengths: Tensor  # (B,)
     src_texts: list[str]
     tgt_texts: list[str]
+    task: Tensor | None = None  # (B,) long: target-language task ids (multilingual data), else None
 
     def to(self, device: torch.device | str) -> "Batch":
         move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
         return Batch(self.ids, move(self.feats), move(self.feat_lengths), move(self.prev_tokens),
-                     move(self.target), move(self.target_lengths), self.src_texts, self.tgt_texts)
+                     move(self.target), move(self.target_lengths), self.src_texts, self.tgt_texts,
+                     None if self.task is None else move(self.task))
 
     @property
     def n_frames(self) -> int:
@@ -147,7 +149,11 @@ def batch_by_frames(n_frames: Sequence[int], max_frames: int, *, shuffle: bool, 
 
 def collate(dataset: SpeechDataset, indices: Sequence[int], *, specaugment: SpecAugmentConfig | None = None,
             generator: torch.Generator | None = None) -> Batch:
-    """Pad a list of items into a :class:`Batch`; SpecAugment (train only) draws from ``generator``."""
+    """Pad a list of items into a :class:`Batch`; SpecAugment (train only) draws from ``generator``.
+
+    A dataset with per-item ``task_ids`` and ``bos_ids`` (lib/data/multilingual.py) gets
+    ``Batch.task`` and its items' start tokens (the target-language tag) as the first decoder input
+    instead of eos; any other dataset is collated exactly as before."""
     feats = []
     for i in indices:
         f = dataset.features(i)
@@ -164,10 +170,14 @@ def collate(dataset: SpeechDataset, indices: Sequence[int], *, specaugment: Spec
     tlen = torch.tensor([len(t) for t in targets], dtype=torch.long)
     target = torch.full((len(targets), int(tlen.max())), PAD_ID, dtype=torch.long)
     prev = torch.full_like(target, PAD_ID)
+    bos_ids = getattr(dataset, "bos_ids", None)
     for b, t in enumerate(targets):
         target[b, : len(t)] = torch.tensor(t)
-        prev[b, 0] = EOS_ID  # fairseq feeds eos as the first decoder input
+        # fairseq feeds eos as the first decoder input; multilingual data its target-language tag
+        prev[b, 0] = EOS_ID if bos_ids is None else bos_ids[indices[b]]
         prev[b, 1: len(t)] = torch.tensor(t[:-1])
     rows = [dataset.rows[i] for i in indices]
+    task_ids = getattr(dataset, "task_ids", None)
+    task = None if task_ids is None else torch.tensor([task_ids[i] for i in indices], dtype=torch.long)
     return Batch([r["id"] for r in rows], padded, lengths, prev, target, tlen,
-                 [r["src_text"] for r in rows], [r["tgt_text"] for r in rows])
+                 [r["src_text"] for r in rows], [r["tgt_text"] for r in rows], task)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
@@ -35,7 +35,7 @@ def _reason(e: RuntimeError) -> str:
 
 
 def train_sentencepiece(texts: Iterable[str], model_path: Path, vocab_size: int, *,
-                        character_coverage: float = 1.0) -> int:
+                        character_coverage: float = 1.0, user_defined_symbols: Sequence[str] = ()) -> int:
     """Train a unigram model on ``texts`` (one sentence each) and write it to ``model_path``.
 
     Returns the model's actual vocabulary size (special tokens included). Training uses
@@ -44,6 +44,8 @@ def train_sentencepiece(texts: Iterable[str], model_path: Path, vocab_size: int,
     so callers must use the returned size (or the loaded model's ``get_piece_size()``).
     ``vocab_size`` must still cover every character (at ``character_coverage``) plus the 4
     special tokens: :class:`SentencePieceError` (a ValueError) otherwise. Empty or whitespace-only texts are skipped.
+    ``user_defined_symbols`` (e.g. target-language tags ``<lang:de>``) become single pieces with the
+    ids right after the specials (4, 5, ...), never split and never produced by splitting other text.
     """
     model_path = Path(model_path)
     sentences = [t for t in texts if t.strip()]
@@ -70,6 +72,7 @@ def train_sentencepiece(texts: Iterable[str], model_path: Path, vocab_size: int,
             input_sentence_size=0,
             shuffle_input_sentence=False,
             minloglevel=2,
+            **({"user_defined_symbols": list(user_defined_symbols)} if user_defined_symbols else {}),
         )
     except RuntimeError as e:
         raise SentencePieceError(f"{model_path}: SentencePiece training failed (vocab_size={vocab_size}): {e}",
