@@ -151,7 +151,7 @@ def collate(dataset: SpeechDataset, indices: Sequence[int], *, specaugment: Spec
             generator: torch.Generator | None = None) -> Batch:
     """Pad a list of items into a :class:`Batch`; SpecAugment (train only) draws from ``generator``.
 
-    A dataset with per-item ``task_ids`` and ``bos_ids`` (lib/data/multilingual.py) gets
+    A dataset with per-item ``task_ids`` and ``start_ids`` (lib/data/multilingual.py) gets
     ``Batch.task`` and its items' start tokens (the target-language tag) as the first decoder input
     instead of eos; any other dataset is collated exactly as before."""
     feats = []
@@ -170,11 +170,11 @@ def collate(dataset: SpeechDataset, indices: Sequence[int], *, specaugment: Spec
     tlen = torch.tensor([len(t) for t in targets], dtype=torch.long)
     target = torch.full((len(targets), int(tlen.max())), PAD_ID, dtype=torch.long)
     prev = torch.full_like(target, PAD_ID)
-    bos_ids = getattr(dataset, "bos_ids", None)
+    start_ids = getattr(dataset, "start_ids", None)
     for b, t in enumerate(targets):
         target[b, : len(t)] = torch.tensor(t)
         # fairseq feeds eos as the first decoder input; multilingual data its target-language tag
-        prev[b, 0] = EOS_ID if bos_ids is None else bos_ids[indices[b]]
+        prev[b, 0] = EOS_ID if start_ids is None else start_ids[indices[b]]
         prev[b, 1: len(t)] = torch.tensor(t[:-1])
     rows = [dataset.rows[i] for i in indices]
     task_ids = getattr(dataset, "task_ids", None)
