@@ -16,8 +16,8 @@ from lib.params import MultiParams
 
 # Seed 004's Table 4 (multilingual ST on mTEDx, AVG-A BLEU): deltas vs its shared H = 4 baseline.
 PAPER_TABLE4 = {"baseline": 13.2, "baseline_h8": 13.7, "group": 15.2, "subset": 13.3}
-SYSTEM_NAMES = {"baseline": "shared, H heads (tag only)", "subset": "subset selection", "group": "group selection",
-                "baseline_h8": "shared, H' heads"}
+SYSTEM_NAMES = {"baseline": "H heads, tag only", "subset": "subset selection", "group": "group selection",
+                "baseline_h8": "H' heads, no selection"}
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
