@@ -110,7 +110,8 @@ def test_dvc_yaml_paths_follow_lib_layout() -> None:
     report_deps = {d.def_path for d in stages["report"].deps}
     assert {layout.VARIANT_METRICS.as_posix(), layout.VARIANT_DECODED.as_posix()} <= report_deps
     # The variants' stages exist only when their systems are listed (all empty by default).
-    assert not [name for name in stages if "smoothing" in name]
+    assert not [name for name in stages if "smoothing" in name or name.startswith("train_multi")]
+    assert "prepare_multi" in stages  # the joint vocabulary is always built (cheap)
     # The analysed ST model is the baseline run of analysis.st_seed.
     for pair in p.pairs:
         deps = {d.def_path for d in stages[f"analyze@{pair}"].deps}
@@ -136,7 +137,7 @@ def test_training_stages_can_be_saved_to_the_run_cache() -> None:
                         assert opts.get("cache", True), f"{name}: plain output {path} has cache: false"
 
 
-def test_smoothing_stages_follow_lib_layout(tmp_path: Path) -> None:
+def test_variant_stages_follow_lib_layout(tmp_path: Path) -> None:
     """With smoothing systems listed, DVC renders one train_smoothing stage per system x pair x seed and
     one train_asr_smoothing per ASR system x pair, with the outputs lib/layout.py names, the baseline of
     the same seed and the folder of smoothed ASR models among the deps, and the report downstream."""
@@ -152,6 +153,7 @@ def test_smoothing_stages_follow_lib_layout(tmp_path: Path) -> None:
         shutil.copy(REPO / name, tmp_path / name)
     params = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))
     params["smoothing"].update(systems=["rec", "band"], asr_systems=["rec"], pairs=["en-de", "en-it"], seeds=[1, 3])
+    params["multi"].update(systems=["baseline", "group"], seeds=[1, 2], asr_init="en-es")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
@@ -189,3 +191,15 @@ def test_smoothing_stages_follow_lib_layout(tmp_path: Path) -> None:
                     RunPaths(tmp_path, "smoothing_asr", pair, variant="rec"))
                 assert (f"train_smoothing@rec-{pair}-1", f"train_asr_smoothing@rec-{pair}") in graph_edges
     assert layout.SMOOTHING_PLOTS.as_posix() in {o.def_path for o in stages["report"].outs}
+    # the multilingual runs (seed 004): one per system x seed, from the ASR model of multi.asr_init
+    assert sorted(n for n in stages if n.startswith("train_multi@")) == [
+        "train_multi@baseline-1", "train_multi@baseline-2", "train_multi@group-1", "train_multi@group-2"]
+    for system in ("baseline", "group"):
+        for seed in (1, 2):
+            name = f"train_multi@{system}-{seed}"
+            run = RunPaths(tmp_path, "multi", None, seed, variant=system)
+            assert {o.def_path for o in stages[name].outs} == run_outs(run) | {
+                rel(layout.multi_plots(tmp_path, system, seed))}
+            assert (name, "prepare_multi") in graph_edges and (name, "train_asr@en-es") in graph_edges
+            assert ("report", name) in graph_edges
+    assert {o.def_path for o in stages["prepare_multi"].outs} == {layout.PREPARED_MULTI.as_posix()}

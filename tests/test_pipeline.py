@@ -120,8 +120,9 @@ def test_second_repro_is_noop_and_params_invalidate_only_dependents(tiny_repo: P
     try:
         assert changed_by(prepare__min_frames=6) == {f"prepare@{p}" for p in pairs}  # corpus untouched
         assert {f"corpus@{p}" for p in pairs} <= changed_by(prepare__min_frames=6, corpus__noise_level=0.002)
-        # One pair: nothing of that pair reruns (no stage reads the whole `pairs` list but the report).
-        assert changed_by(pairs=pairs[:1]) == {"report"}
+        # One pair: nothing of that pair reruns (no stage reads the whole `pairs` list but the report
+        # and the joint vocabulary of the multilingual model).
+        assert changed_by(pairs=pairs[:1]) == {"report", "prepare_multi"}
         # Another seed: only its own runs and the report; the analysed baseline (analysis.st_seed) and
         # everything upstream stay cached.
         assert changed_by(seeds=seeds + [2]) == ({f"train_baseline@{p}-2" for p in pairs}
@@ -300,7 +301,9 @@ def test_exp_run_with_smoothing_systems(tiny_repo: Path) -> None:
     n_layers = TINY["model"]["overrides"]["encoder_layers"]
     for system in ("rec_pred_all", "band"):
         m = json.loads((tiny_repo / f"metrics/variants/smoothing/{system}/en-de/seed1.json").read_text())
-        assert m["updates"] == TRAIN_TINY["max_updates"] and 0 <= m["bleu"] <= 100
+        # the workspace's train_st (an earlier test's `dvc exp run -S` may have changed it), as the baseline's
+        st_updates = yaml.safe_load((tiny_repo / "params.yaml").read_text())["train_st"]["max_updates"]
+        assert m["updates"] == st_updates and 0 <= m["bleu"] <= 100
         for key in ("attn_diag", "attn_entropy", "baseline_attn_diag", "baseline_attn_entropy"):
             assert len(m[key]) == n_layers and all(v >= 0 for v in m[key]), key
         model = torch.load(tiny_repo / f"runs/variants/smoothing/{system}/en-de/seed1/model.pt", weights_only=True)
@@ -322,6 +325,59 @@ def test_exp_run_with_smoothing_systems(tiny_repo: Path) -> None:
     summary = json.loads((tiny_repo / "metrics/summary.json").read_text())
     assert {"en-de/smooth_band/bleu", "en-de/smooth_rec_pred_all/delta_bleu"} <= set(summary)
     assert summary["en-de/smooth_band/bleu"] == band["bleu"]
+    assert "Running stage" not in _run(["dvc", "repro"], tiny_repo).stdout
+
+
+@pytest.mark.slow
+def test_exp_run_with_multilingual_head_selection(tiny_repo: Path) -> None:
+    """specs/variants.md §2.6 item 12: `dvc exp run -S multi.systems=[baseline,group]` trains one
+    multilingual model per system over the tiny repo's two pairs (from the en-de ASR model), decodes
+    each pair, writes the selections and heatmaps, and the report adds the table and flat keys; the
+    bilingual runs are untouched."""
+    import torch
+
+    baseline = (tiny_repo / "metrics/baseline/en-de/seed1.json").read_text()
+    out = _run(["dvc", "exp", "run", "-S", "multi.systems=[baseline,group]", "-S", "multi.max_updates=4",
+                "-S", "multi.head_selection.anneal_updates=4"], tiny_repo).stdout
+    ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
+    assert ran == ["report", "train_multi@baseline-1", "train_multi@group-1"], out
+    assert (tiny_repo / "metrics/baseline/en-de/seed1.json").read_text() == baseline
+    tasks = json.loads((tiny_repo / "data/prepared_multi/tasks.json").read_text())
+    assert tasks["pairs"] == TINY["pairs"] and tasks["tag_ids"] == [4, 5]
+    n_layers = TINY["model"]["overrides"]["encoder_layers"]
+    for system in ("baseline", "group"):
+        m = json.loads((tiny_repo / f"metrics/variants/multi/{system}/seed1.json").read_text())
+        assert m["updates"] == 4 and set(TINY["pairs"]) <= set(m)
+        assert m["avg_bleu"] == round(sum(m[p]["bleu"] for p in TINY["pairs"]) / 2, 2)
+        decoded = tiny_repo / f"data/decoded/variants/multi/{system}/seed1"
+        for pair in TINY["pairs"]:
+            hyps = (decoded / f"hyps.{pair}.tst-COMMON.txt").read_text().splitlines()
+            refs = (decoded / f"refs.{pair}.tst-COMMON.txt").read_text().splitlines()
+            assert len(hyps) == len(refs) == m[pair]["sentences"] > 0
+            assert not any("<lang:" in h for h in hyps)
+        selection = json.loads((decoded / "selection.json").read_text())
+        model = torch.load(tiny_repo / f"runs/variants/multi/{system}/seed1/model.pt", weights_only=True)
+        if system == "group":
+            enc = selection["final"]["encoder"]
+            assert len(enc["selected"]) == 2 and len(enc["selected"][0]) == n_layers
+            heads = model["model_config"]["n_heads"]
+            for layers in enc["selected"]:  # one head from each strided group
+                assert all(sorted(h % heads for h in sel) == list(range(heads)) for sel in layers)
+            assert 0 <= m["selection_changed_fraction"] <= 1
+            assert (tiny_repo / "plots/variants/multi/group/seed1/head_sharing_encoder.png").stat().st_size > 0
+            assert (tiny_repo / "plots/variants/multi/group/seed1/head_sharing_decoder.png").stat().st_size > 0
+            assert model["model_config"]["encoder_attention"][0]["type"] == "head_select"
+        else:
+            assert selection == {"init": {}, "final": {}} and m["selection_changed_fraction"] is None
+    report = (tiny_repo / "reports/report.md").read_text()
+    section = report.split("## Multilingual ST with attention head selection (seed 004)")[1]
+    assert "| baseline (H heads, tag only) |" in section and "| group (group selection) |" in section
+    assert "head_sharing_encoder" in section
+    summary = json.loads((tiny_repo / "metrics/summary.json").read_text())
+    group = json.loads((tiny_repo / "metrics/variants/multi/group/seed1.json").read_text())
+    assert summary["multi/group/avg_bleu"] == group["avg_bleu"]
+    assert summary["multi/group/en-es/bleu"] == group["en-es"]["bleu"]
+    assert "multi/group/delta_avg_bleu" in summary
     assert "Running stage" not in _run(["dvc", "repro"], tiny_repo).stdout
 
 

@@ -50,7 +50,9 @@ class Batch:
     target_lengths: Tensor  # (B,)
     src_texts: list[str]
     tgt_texts: list[str]
-    task: Tensor | None = None  # (B,) long: target-language task ids (multilingual data), else None
+    # (B,) long task ids (the target-language index of a multilingual model, specs/variants.md §0.2)
+    # when the dataset has them, else None
+    task: Tensor | None = None
 
     def to(self, device: torch.device | str) -> "Batch":
         move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
@@ -68,12 +70,23 @@ class Batch:
 
 
 class SpeechDataset:
-    """One split of one prepared pair for one task ("asr": English targets, "st": translations)."""
+    """One split of one prepared pair for one task ("asr": English targets, "st": translations).
+
+    Hooks read by :func:`collate` (any dataset may have them; None = absent): ``task_ids``, one task
+    id per item (-> ``Batch.task``, the target-language index of a multilingual model), and
+    ``start_ids``, one decoder start token per item (the target-language tag that replaces ``eos``
+    as the first decoder input, specs/variants.md §2.5)."""
+
+    task_ids: Sequence[int] | None = None
+    start_ids: Sequence[int] | None = None
 
     def __init__(self, prepared_dir: Path, split: str, task: str, max_frames: int | None = None,
-                 max_target_tokens: int | None = None, vocab_dir: Path | None = None) -> None:
+                 max_target_tokens: int | None = None, vocab_dir: Path | None = None, *,
+                 task_id: int | None = None, start_id: int | None = None) -> None:
         """``vocab_dir``: the prepared folder whose SentencePiece model tokenises the targets (default
-        ``prepared_dir``; another pair's for a model trained with that pair's vocabulary)."""
+        ``prepared_dir``; another pair's for a model trained with that pair's vocabulary).
+        ``task_id`` / ``start_id``: the same task id / decoder start token for every item (None:
+        no task ids / ``eos``)."""
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         self.prepared_dir = Path(prepared_dir)
@@ -92,6 +105,10 @@ class SpeechDataset:
         self.rows = [rows[i] for i in keep]
         self.targets = [token_ids[i] + [EOS_ID] for i in keep]
         self.n_frames = np.array([int(r["n_frames"]) for r in self.rows], dtype=np.int64)
+        if task_id is not None:
+            self.task_ids = [int(task_id)] * len(self.rows)
+        if start_id is not None:
+            self.start_ids = [int(start_id)] * len(self.rows)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -150,10 +167,8 @@ def batch_by_frames(n_frames: Sequence[int], max_frames: int, *, shuffle: bool, 
 def collate(dataset: SpeechDataset, indices: Sequence[int], *, specaugment: SpecAugmentConfig | None = None,
             generator: torch.Generator | None = None) -> Batch:
     """Pad a list of items into a :class:`Batch`; SpecAugment (train only) draws from ``generator``.
-
-    A dataset with per-item ``task_ids`` and ``bos_ids`` (lib/data/multilingual.py) gets
-    ``Batch.task`` and its items' start tokens (the target-language tag) as the first decoder input
-    instead of eos; any other dataset is collated exactly as before."""
+    The dataset's optional ``task_ids`` fill ``Batch.task`` and its optional ``start_ids`` replace
+    ``eos`` as the first decoder input (see :class:`SpeechDataset`)."""
     feats = []
     for i in indices:
         f = dataset.features(i)
@@ -170,11 +185,11 @@ def collate(dataset: SpeechDataset, indices: Sequence[int], *, specaugment: Spec
     tlen = torch.tensor([len(t) for t in targets], dtype=torch.long)
     target = torch.full((len(targets), int(tlen.max())), PAD_ID, dtype=torch.long)
     prev = torch.full_like(target, PAD_ID)
-    bos_ids = getattr(dataset, "bos_ids", None)
-    for b, t in enumerate(targets):
+    start_ids = getattr(dataset, "start_ids", None)
+    for b, (i, t) in enumerate(zip(indices, targets)):
         target[b, : len(t)] = torch.tensor(t)
-        # fairseq feeds eos as the first decoder input; multilingual data its target-language tag
-        prev[b, 0] = EOS_ID if bos_ids is None else bos_ids[indices[b]]
+        # fairseq feeds eos as the first decoder input; a multilingual dataset its target-language tag
+        prev[b, 0] = EOS_ID if start_ids is None else start_ids[i]
         prev[b, 1: len(t)] = torch.tensor(t[:-1])
     rows = [dataset.rows[i] for i in indices]
     task_ids = getattr(dataset, "task_ids", None)

@@ -7,7 +7,7 @@ target vocabulary with target-language tags, and a dataset that concatenates the
   index of the pair in ``pairs``, its tag and tag id. Cheap (a few thousand sentences).
 * :class:`MultiSpeechDataset` concatenates one split of several prepared pairs (features are read
   from each pair's own ``data/prepared/<pair>/``, nothing is copied) and tokenises the translations
-  with the joint model. Per item it exposes ``task_ids`` and ``bos_ids`` (the tag), which
+  with the joint model. Per item it exposes ``task_ids`` and ``start_ids`` (the tag), which
   :func:`lib.data.dataset.collate` turns into ``Batch.task`` and the first decoder input: the tag
   replaces eos as the start token, so the target is ``[y1, ..., eos]`` with no loss on the tag
   (fairseq's ``--prefix-size 1 --ignore-prefix-size 1``, without prefix forcing at inference).
@@ -93,7 +93,7 @@ class MultiSpeechDataset:
         self.rows: list[dict] = []
         self.targets: list[list[int]] = []
         self.task_ids: list[int] = []
-        self.bos_ids: list[int] = []
+        self.start_ids: list[int] = []
         self.item_pair: list[str] = []
         for pair in pairs:
             manifest = self.prepared_root / pair / f"{split}.tsv"
@@ -109,7 +109,7 @@ class MultiSpeechDataset:
                 self.rows.append(r)
                 self.targets.append(t + [EOS_ID])
                 self.task_ids.append(self.task_of_pair[pair])
-                self.bos_ids.append(self.tag_id_of_pair[pair])
+                self.start_ids.append(self.tag_id_of_pair[pair])
                 self.item_pair.append(pair)
         self.n_frames = np.array([int(r["n_frames"]) for r in self.rows], dtype=np.int64)
 

@@ -8,8 +8,9 @@ The model is anything exposing the :class:`lib.model.s2t_transformer.S2TTransfor
 
 Conventions (fairseq's, unless stated)
 --------------------------------------
-* The decoder's first input is ``eos``; returned hypotheses are token ids *without* the leading
-  ``eos`` and without the final ``eos``.
+* The decoder's first input is ``eos`` (or ``bos``: a start token per sentence, e.g. the target-language
+  tag of a multilingual model, specs/variants.md §2.5); returned hypotheses are token ids *without*
+  the start token and without the final ``eos``.
 * Score of a finished hypothesis = (sum of token log-probs, the final ``eos`` included)
   / ``len ** len_penalty`` where ``len`` counts the tokens *including* the final ``eos``
   (fairseq: ``eos_scores /= (step + 1) ** len_penalty``). Log-probs are computed in float32.
@@ -139,13 +140,26 @@ def _block_repeated_ngrams(lprobs: Tensor, tokens: Tensor, n: int) -> None:
 # ----------------------------------------------------------------------------------------
 
 
+def _start_tokens(bos: Tensor | int | None, eos: int, batch: int, device: torch.device) -> Tensor:
+    """(B, 1) first decoder inputs: ``bos`` (an int for every sentence, or a (B,) tensor), else ``eos``."""
+    if bos is None:
+        bos = eos
+    if isinstance(bos, Tensor):
+        if bos.shape != (batch,):
+            raise ValueError(f"bos must be an int or a ({batch},) tensor, got shape {tuple(bos.shape)}")
+        return bos.to(device=device, dtype=torch.long)[:, None]
+    return torch.full((batch, 1), int(bos), dtype=torch.long, device=device)
+
+
 def beam_search(model: nn.Module, feats: Tensor, feat_lengths: Tensor, cfg: BeamSearchConfig, *, eos: int = 2,
-                pad: int = 1, unk: int = 3, task: Tensor | None = None) -> list[list[int]]:
+                pad: int = 1, unk: int = 3, task: Tensor | None = None,
+                bos: Tensor | int | None = None) -> list[list[int]]:
     """Batched beam search over ``feats`` (B, T, n_mels) / ``feat_lengths`` (B,).
 
     All B * beam hypotheses run through the decoder at once with an incremental cache. Returns the
-    best hypothesis per input (token ids, no eos). See the module docstring for the scoring,
-    maximum-length and early-stopping conventions.
+    best hypothesis per input (token ids, no start token, no eos). ``task`` (B,) reaches the encoder
+    (and, through ``EncoderOutput.task``, the decoder); ``bos`` is the first decoder input (default
+    ``eos``). See the module docstring for the scoring, maximum-length and early-stopping conventions.
     """
     cfg.validate()
     K = cfg.beam
@@ -161,7 +175,7 @@ def beam_search(model: nn.Module, feats: Tensor, feat_lengths: Tensor, cfg: Beam
         # Every sentence repeated K times: row b * K + k is hypothesis k of sentence b.
         alive = list(range(B))  # original index of each sentence still in the batch
         enc = enc.reorder(torch.arange(B, device=device).repeat_interleave(K))
-        tokens = torch.full((B * K, 1), eos, dtype=torch.long, device=device)
+        tokens = _start_tokens(bos, eos, B, device).repeat_interleave(K, dim=0)
         scores = torch.zeros(B, K, dtype=torch.float32, device=device)
         scores[:, 1:] = -math.inf  # all beams are identical at step 0: expand only the first
         max_lens = torch.tensor(max_lens_all, dtype=torch.long, device=device)
@@ -245,8 +259,10 @@ def beam_search(model: nn.Module, feats: Tensor, feat_lengths: Tensor, cfg: Beam
 
 def greedy_search(model: nn.Module, feats: Tensor, feat_lengths: Tensor, max_len_a: float = 0.0,
                   max_len_b: int = 200, *, min_len: int = 1, unk_penalty: float = 0.0, eos: int = 2,
-                  pad: int = 1, unk: int = 3, task: Tensor | None = None) -> list[list[int]]:
-    """Argmax decoding (beam = 1 fast path, same output as ``beam_search`` with ``beam=1``)."""
+                  pad: int = 1, unk: int = 3, task: Tensor | None = None,
+                  bos: Tensor | int | None = None) -> list[list[int]]:
+    """Argmax decoding (beam = 1 fast path, same output as ``beam_search`` with ``beam=1``); ``task``
+    and ``bos`` as for :func:`beam_search`."""
     B = feats.size(0)
     if B == 0:
         return []
@@ -256,7 +272,7 @@ def greedy_search(model: nn.Module, feats: Tensor, feat_lengths: Tensor, max_len
         max_lens_all = max_output_lengths(model, enc.lengths, max_len_a, max_len_b)
         max_lens = torch.tensor(max_lens_all, dtype=torch.long, device=device)
         alive = list(range(B))
-        tokens = torch.full((B, 1), eos, dtype=torch.long, device=device)
+        tokens = _start_tokens(bos, eos, B, device)
         out: list[list[int]] = [[] for _ in range(B)]
         state: dict = {}
         step = 0
@@ -291,11 +307,12 @@ def greedy_search(model: nn.Module, feats: Tensor, feat_lengths: Tensor, max_len
 
 def translate_dataset(model: nn.Module, dataset: Any, batch_max_frames: int, cfg: BeamSearchConfig,
                       device: torch.device | str, progress: bool = True, *,
-                      task: int | None = None, amp: str = "none") -> list[str]:
+                      task: int | None = None, amp: str = "none", bos: int | None = None) -> list[str]:
     """Decode every utterance of a :class:`lib.data.dataset.SpeechDataset`; detokenised
     hypotheses in dataset order. Batches are length-sorted (``batch_by_frames``, no shuffling).
     ``cfg.beam == 1`` (without n-gram blocking) takes the greedy fast path. ``task`` (a task id)
-    is passed to the encoder as a (B,) tensor when given; ``amp`` (a resolved precision,
+    is passed to the encoder as a (B,) tensor when given; ``bos`` (e.g. the target-language tag)
+    replaces ``eos`` as the first decoder input; ``amp`` (a resolved precision,
     lib.train.loop.resolve_amp) runs the model under autocast."""
     from tqdm.auto import tqdm
 
@@ -313,7 +330,7 @@ def translate_dataset(model: nn.Module, dataset: Any, batch_max_frames: int, cfg
             lengths = batch.feat_lengths.to(device)
             task_t = None if task is None else torch.full((len(indices),), task, dtype=torch.long, device=device)
             with autocast(device, amp):
-                ids = _decode_batch(model, feats, lengths, cfg, greedy, task_t)
+                ids = _decode_batch(model, feats, lengths, cfg, greedy, task_t, bos)
             for i, h in zip(indices, ids):
                 hyps[i] = dataset.decode(h)
             bar.update(len(indices))
@@ -322,11 +339,11 @@ def translate_dataset(model: nn.Module, dataset: Any, batch_max_frames: int, cfg
 
 
 def _decode_batch(model: nn.Module, feats: Tensor, lengths: Tensor, cfg: BeamSearchConfig, greedy: bool,
-                  task: Tensor | None) -> list[list[int]]:
+                  task: Tensor | None, bos: int | None = None) -> list[list[int]]:
     """Token ids of one batch: greedy fast path or beam search."""
     from lib.data.dataset import EOS_ID, PAD_ID, UNK_ID
 
     if greedy:
         return greedy_search(model, feats, lengths, cfg.max_len_a, cfg.max_len_b, min_len=cfg.min_len,
-                             unk_penalty=cfg.unk_penalty, eos=EOS_ID, pad=PAD_ID, unk=UNK_ID, task=task)
-    return beam_search(model, feats, lengths, cfg, eos=EOS_ID, pad=PAD_ID, unk=UNK_ID, task=task)
+                             unk_penalty=cfg.unk_penalty, eos=EOS_ID, pad=PAD_ID, unk=UNK_ID, task=task, bos=bos)
+    return beam_search(model, feats, lengths, cfg, eos=EOS_ID, pad=PAD_ID, unk=UNK_ID, task=task, bos=bos)

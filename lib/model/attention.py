@@ -32,8 +32,9 @@ keys as keyword arguments of ``__init__`` and registers itself with
             return res if need_weights else (res, None)
 
 Registered variants: ``full``, ``local`` (the paper's Section 4), ``banded`` (local through a dense
-mask, analysis only) and ``smooth`` (attention-weight smoothing with prior distributions, seed 002:
-:class:`SmoothedAttention`, specs/variants.md §1).
+mask, analysis only), ``smooth`` (attention-weight smoothing with prior distributions, seed 002:
+:class:`SmoothedAttention`, specs/variants.md §1) and ``head_select`` (per-task selection of H of H'
+candidate heads, seed 004: :class:`HeadSelectionAttention`, specs/variants.md §2).
 
 Hooks for the later systems:
 
@@ -65,20 +66,28 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lib.model.config import smoothing_options
+from lib.model.config import head_selection_options, smoothing_options
 from lib.model.dropout import dropout
 
 __all__ = [
     "ATTENTION_VARIANTS",
     "AttentionOutput",
     "FullAttention",
+    "HeadSelection",
+    "HeadSelectionAttention",
     "SelfAttention",
     "SmoothedAttention",
     "band_logit_matrix",
+    "bernoulli_kl",
     "build_attention",
+    "gather_heads",
+    "logistic_noise",
     "mask_bias",
     "predicted_gate",
     "register_attention",
+    "select_heads",
+    "set_head_selection_tau",
+    "straight_through",
     "uniform_prior",
 ]
 
@@ -580,6 +589,313 @@ class SmoothedAttention(SelfAttention):
         if self.window is not None:
             extra += f", window={self.window}"
         return super().extra_repr() + extra
+
+
+# ----------------------------------------------------------------------------------------
+# Attention head selection (seed 004, Gong et al. 2021; specs/variants.md §2)
+# ----------------------------------------------------------------------------------------
+
+#: The selector temperature of the seed's public code (its constructor default); §2.4 B5.
+DEFAULT_HEAD_SELECTION_TAU = 5.0
+
+
+def logistic_noise(shape: tuple[int, ...], *, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """ε = log u − log(1 − u), u ~ U(0, 1) from the global torch RNG (so a resumed run replays it).
+
+    This is the difference of two independent Gumbel(0, 1) draws (a Logistic(0, 1) variable), i.e.
+    exactly the noise of the seed's two-class Gumbel-softmax (its Eq. 4) once the two logits are
+    folded into one, φ = φ(1) − φ(0) (§2.3). u = 0 (possible: ``torch.rand`` is in [0, 1)) is
+    nudged to the smallest normal number so that ε stays finite."""
+    u = torch.rand(shape, device=device, dtype=dtype).clamp_min_(torch.finfo(dtype).tiny)
+    return torch.log(u) - torch.log1p(-u)
+
+
+def select_heads(scores: Tensor, n_heads: int, strategy: str) -> Tensor:
+    """Selected candidates per task in output-slot order: (T, H') scores -> (T, H) long.
+
+    * ``subset`` (the seed's Eq. 5): the H highest scores, **sorted ascending** (slot j <- the j-th
+      smallest selected index: the paper's "head 2 goes first" example, §2.4 B6; the public code
+      orders them by value instead, which makes the slot layout flip under tiny logit changes).
+    * ``group`` (Eq. 6-7): strided groups G_g = {g, g + H, ..., g + (r − 1) H} (§2.4 B7, as the
+      public code's ``view(r, H).max(0)``); slot g <- the best member of G_g.
+
+    Ties go to the lower index in both (a stable descending sort; ``argmax`` returns the first
+    maximum), so the selection is a deterministic function of the scores. The scores are the
+    noisy logits φ + ε in training and φ at evaluation: since σ(· / τ) is increasing, ranking the
+    logits is ranking the posteriors σ((φ + ε) / τ) for any τ, without ties from saturation."""
+    T, n_cand = scores.shape
+    if strategy == "subset":
+        top = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :n_heads]
+        return top.sort(dim=-1).values
+    if strategy == "group":
+        member = scores.view(T, n_cand // n_heads, n_heads).argmax(dim=1)  # (T, H): r-index within each group
+        return member * n_heads + torch.arange(n_heads, device=scores.device)
+    raise ValueError(f"unknown head-selection strategy {strategy!r}")
+
+
+def straight_through(y: Tensor) -> Tensor:
+    """The straight-through weights w = 1 − stopgrad(y) + y: forward value exactly 1.0, gradient
+    ∂w/∂y = 1 (so ∂w/∂φ = σ'((φ + ε)/τ)/τ). Computed as (y − stopgrad(y)) + 1, whose forward is
+    exactly 1 in floating point (1 − y + y is not, for y < 0.5)."""
+    return (y - y.detach()) + 1.0
+
+
+def bernoulli_kl(logits: Tensor, prior: float) -> Tensor:
+    """KL(Bernoulli(σ(φ)) || Bernoulli(π)) elementwise (§2.3 "KL", §2.4 B3):
+    q ln(q / π) + (1 − q) ln((1 − q) / (1 − π)), q = σ(φ), with ln q = logsigmoid(φ) so that
+    saturated logits stay finite. π = 1 (H' = H: every head is always selected, nothing to
+    learn) gives 0 by definition instead of the infinite divergence of a degenerate prior."""
+    if prior >= 1.0:
+        return torch.zeros_like(logits)
+    q = torch.sigmoid(logits)
+    return q * (F.logsigmoid(logits) - math.log(prior)) + (1 - q) * (F.logsigmoid(-logits) - math.log1p(-prior))
+
+
+def gather_heads(t: Tensor, idx: Tensor) -> Tensor:
+    """Per-sample head gather: t (B, H', N, dh), idx (B, H) long -> (B, H, N, dh)."""
+    return t.gather(1, idx[:, :, None, None].expand(-1, -1, t.shape[2], t.shape[3]))
+
+
+def head_rows(idx: Tensor, head_dim: int) -> Tensor:
+    """Row indices of the selected heads in a (H' · dh, d) projection: (T, H) -> (T, H · dh)."""
+    return (idx[..., None] * head_dim + torch.arange(head_dim, device=idx.device)).flatten(-2)
+
+
+def pruned_linear(x: Tensor, weight: Tensor, bias: Tensor, task: Tensor, single: int | None) -> Tensor:
+    """Projection with per-task pruned weights: x (B, N, d), weight (T, H · dh, d), bias (T, H · dh).
+
+    One task in the batch (``single``, the decoding case): a plain ``F.linear`` with that task's
+    rows, i.e. exactly the cost of an H-head projection. Mixed tasks: a batched matmul with each
+    sample's own rows, the same FLOPs per sample."""
+    if single is not None:
+        return F.linear(x, weight[single], bias[single])
+    return torch.baddbmm(bias[task][:, None, :], x, weight[task].transpose(1, 2))
+
+
+class HeadSelection:
+    """Per-task selection of H out of H' candidate heads (a mixin for an ``nn.Module`` with
+    ``q_proj`` / ``k_proj`` / ``v_proj`` of H' · dh rows, ``n_heads`` = H and ``head_dim`` = dh):
+    the state and logic shared by the encoder's :class:`HeadSelectionAttention` and the decoder's
+    ``HeadSelectionMultiheadAttention`` (lib/model/s2t_transformer.py). specs/variants.md §2.3.
+
+    * ``head_logits`` φ (tasks, H') -- one logit per task and candidate (φ(1) − φ(0) of the seed's
+      Eq. 4), initialised U(ln 0.01, ln 1) as the public code.
+    * Training (:meth:`sample`): one draw ε per (task, head) of this layer per forward pass, shared
+      by all samples of a task; selection by rank of φ + ε (:func:`select_heads`); the selected
+      heads are scaled by the straight-through weights w = 1 − sg(y) + y, y = σ((φ + ε) / τ).
+      Note: which heads are drawn does not depend on τ (the ranking of φ + ε); τ only scales the
+      gradient of φ.
+    * Evaluation (:meth:`eval_selection`): no noise, selection by φ; the gathered q/k/v rows of
+      each task's selected heads are cached (:meth:`pruned_projections`) and only those H heads are
+      projected and attended (``pruned_inference``; False = project all H' then gather, the
+      reference the tests compare with).
+    * :meth:`kl`: per-head KL of Bernoulli(σ(φ)) to the prior p(z = 1) = H / H' (§2.4 B2).
+
+    ``tau`` is a plain attribute (set each update by ``set_head_selection_tau``), not state: the
+    training loop's schedule recomputes it on resume. ``computed_heads`` reports how many heads per
+    sample the last forward pass projected (H' in training, H at pruned evaluation).
+    """
+
+    n_heads: int
+    head_dim: int
+    q_proj: nn.Linear
+    k_proj: nn.Linear
+    v_proj: nn.Linear
+
+    def _init_head_selection(self, *, strategy: str, candidates: int, tasks: int, key: str) -> None:
+        opts = head_selection_options(strategy=strategy, candidates=candidates, tasks=tasks,
+                                      n_heads=self.n_heads, key=key)
+        self.strategy: str = opts["strategy"]
+        self.candidates: int = opts["candidates"]
+        self.tasks: int = opts["tasks"]
+        self.tau: float = DEFAULT_HEAD_SELECTION_TAU
+        self.pruned_inference: bool = True
+        self.computed_heads: int = 0
+        self.last_selection: Tensor | None = None  # (tasks, H) of the last training forward pass
+        self._pruned: tuple[tuple, tuple[Tensor, ...]] | None = None
+        self.head_logits = nn.Parameter(torch.empty(self.tasks, self.candidates).uniform_(math.log(0.01), 0.0))
+
+    @property
+    def prior(self) -> float:
+        """π = p(z = 1) = H / H' (the seed prints H'/H, a typo; §2.4 B2)."""
+        return self.n_heads / self.candidates
+
+    def task_ids(self, task: Tensor | None, batch: int, device: torch.device) -> Tensor:
+        """(B,) long task ids; None is task 0 for a single-task model and an error otherwise."""
+        if task is None:
+            if self.tasks == 1:
+                return torch.zeros(batch, dtype=torch.long, device=device)
+            raise ValueError(f"head selection with {self.tasks} tasks needs task ids (model.encode(..., task=...))")
+        if task.shape != (batch,):
+            raise ValueError(f"task ids must have shape ({batch},), got {tuple(task.shape)}")
+        return task.to(device=device, dtype=torch.long)
+
+    def sample(self, noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Training draw: selected candidates (tasks, H) in slot order and their straight-through
+        weights w (tasks, H) (value 1.0, gradient σ'((φ + ε)/τ)/τ into φ of the selected heads).
+        ``noise`` ε (tasks, H') replaces the draw from the global RNG (tests)."""
+        phi = self.head_logits
+        if noise is None:
+            noise = logistic_noise(tuple(phi.shape), device=phi.device, dtype=phi.dtype)
+        z = phi + noise.to(phi.dtype)
+        idx = select_heads(z.detach(), self.n_heads, self.strategy)
+        w = straight_through(torch.sigmoid(z / self.tau)).gather(1, idx)
+        self.last_selection = idx
+        return idx, w
+
+    def eval_selection(self) -> Tensor:
+        """Deterministic selection by φ (no noise): (tasks, H) long, slot order."""
+        return select_heads(self.head_logits.detach(), self.n_heads, self.strategy)
+
+    def kl(self) -> Tensor:
+        """(tasks, H') Bernoulli KL of the posterior σ(φ) to the prior π = H / H'."""
+        return bernoulli_kl(self.head_logits, self.prior)
+
+    def _cache_key(self) -> tuple:
+        params = (self.head_logits, self.q_proj.weight, self.q_proj.bias, self.k_proj.weight, self.k_proj.bias,
+                  self.v_proj.weight, self.v_proj.bias)
+        return (torch.is_inference_mode_enabled(),) + tuple(
+            (p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+
+    def pruned_projections(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(Wq, bq, Wk, bk, Wv, bv): each task's selected rows, weights (tasks, H · dh, d) and
+        biases (tasks, H · dh). Cached while nothing they depend on changes: the cache is dropped
+        by ``train()``, and keyed on the parameters' version counters (an optimizer step or
+        ``load_state_dict`` bumps them) and storage. With autograd recording the rows are gathered
+        afresh (differentiable, nothing cached)."""
+        key = self._cache_key()
+        if self._pruned is not None and self._pruned[0] == key and not torch.is_grad_enabled():
+            return self._pruned[1]  # type: ignore[return-value]
+        rows = head_rows(self.eval_selection(), self.head_dim)  # (tasks, H * dh)
+        out = tuple(t for proj in (self.q_proj, self.k_proj, self.v_proj) for t in (proj.weight[rows], proj.bias[rows]))
+        if not torch.is_grad_enabled():
+            self._pruned = (key, out)
+        return out  # type: ignore[return-value]
+
+    def project_pruned(self, x: Tensor, task: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Only the selected heads of each sample's task: x (B, N, d) -> q, k, v (B, H, N, dh)."""
+        lo, hi = torch.stack([task.min(), task.max()]).tolist()
+        single = int(lo) if lo == hi else None
+        wq, bq, wk, bk, wv, bv = self.pruned_projections()
+        B, N, _ = x.shape
+
+        def split(t: Tensor) -> Tensor:
+            return t.view(B, N, self.n_heads, self.head_dim).transpose(1, 2)
+
+        return tuple(split(pruned_linear(x, w, b, task, single)) for w, b in ((wq, bq), (wk, bk), (wv, bv)))  # type: ignore[return-value]
+
+    def train(self, mode: bool = True):  # noqa: ANN201 (nn.Module.train's signature)
+        self._pruned = None
+        return super().train(mode)  # type: ignore[misc]
+
+    def selection_repr(self) -> str:
+        return f"strategy={self.strategy}, candidates={self.candidates}, tasks={self.tasks}, tau={self.tau}"
+
+
+@register_attention("head_select")
+class HeadSelectionAttention(HeadSelection, SelfAttention):
+    """Encoder self-attention with per-task head selection (seed 004, Gong et al. 2021;
+    specs/variants.md §2.3): H of H' candidate heads per task (target language id), strategies
+    ``subset`` and ``group`` (see :func:`select_heads`), Gumbel-sigmoid latent variables with the
+    straight-through estimator in training, deterministic and pruned at evaluation (the logic is
+    :class:`HeadSelection`'s).
+
+    Spec keys: ``strategy``, ``candidates`` (H'), ``tasks``, ``window`` (None = full attention over
+    the selected heads, else local attention with that window: the MAY of §2.3).
+
+    Parameters: q/k/v_proj map d -> H' · dh (``proj_heads = H'``), ``out_proj`` H · dh -> d, plus the
+    variant-only ``head_logits`` (tasks, H'). An H-head checkpoint (the ASR encoder) loads with
+    ``S2TTransformer.load_encoder_from(..., expand_candidate_heads=True)``: candidate j <- head
+    j mod H, after which any group selection reproduces the source layer exactly.
+
+    Forward for a sample of task t: x^(h) = softmax(q_h k_h^T / sqrt(dh) + pad) v_h for the selected
+    h in slot order, scaled by w (training; 1 at evaluation), concatenated, ``out_proj``.
+    Training projects all H' candidates and gathers each sample's H heads by its task before the
+    attention (cost: H heads of attention, H' of projections); evaluation projects only the H
+    selected rows (pruned: the cost of a plain H-head layer for any H'). Mixed-task batches give
+    each sample what it gets alone; ``need_weights`` returns the selected heads' weights
+    (B, H, N, N) in slot order (what was merged).
+
+    Where the spec departs from the seed (and from the seed's public code): no noise and real
+    pruning at inference (§2.4 B8); subset slots in index order (B6); strided groups (B7); prior
+    H / H' (B2); exact Bernoulli KL (B3). ``rel_pos_max`` (a diagnostic control) is not implemented.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        *,
+        strategy: str,
+        candidates: int,
+        tasks: int,
+        window: int | None = None,
+        rel_pos_max: int = 0,
+    ) -> None:
+        if rel_pos_max:
+            raise ValueError("head_select: the relative-position bias (model.overrides.rel_pos_bias) is not "
+                             "implemented for head selection")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1
+                                   or window % 2 == 0):
+            raise ValueError(f"head_select.window: must be a positive odd integer or None, got {window!r}")
+        if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+            raise ValueError(f"head_select.candidates: must be a positive integer, got {candidates!r}")
+        super().__init__(d_model, n_heads, dropout, proj_heads=candidates)
+        self.window: int | None = window
+        self._init_head_selection(strategy=strategy, candidates=candidates, tasks=tasks, key="head_select")
+
+    def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
+        """The attention core on the *selected* heads (q, k, v (B, H, N, dh)): full attention (SDPA
+        fast path) or local attention with ``window``, the very code of those variants."""
+        plain = FullAttention if self.window is None else LocalAttention
+        return plain.attend(self, q, k, v, key_padding_mask, need_weights=need_weights)
+
+    def forward(
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None,
+        *,
+        prev_attn: Tensor | None = None,
+        task: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        task = self.task_ids(task, x.shape[0], x.device)
+        w: Tensor | None = None
+        if self.training or not self.pruned_inference:
+            q, k, v = self._project(x)  # (B, H', N, dh)
+            sel, w = self.sample() if self.training else (self.eval_selection(), None)
+            idx = sel[task]  # (B, H)
+            q, k, v = gather_heads(q, idx), gather_heads(k, idx), gather_heads(v, idx)
+            self.computed_heads = self.candidates
+        else:
+            q, k, v = self.project_pruned(x, task)  # (B, H, N, dh)
+            self.computed_heads = self.n_heads
+        ctx, weights = self.attend(q, k, v, key_padding_mask, need_weights=need_weights)
+        if w is not None:
+            ctx = ctx * w[task][:, :, None, None]
+        out = self.out_proj(self._merge(ctx))
+        if not need_weights:
+            return AttentionOutput(out=out, weights=None, carry=None)
+        return AttentionOutput(out=out, weights=weights, carry=weights)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, {self.selection_repr()}" + (
+            f", window={self.window}" if self.window is not None else "")
+
+
+def set_head_selection_tau(model: nn.Module, tau: float) -> int:
+    """Set the Gumbel-sigmoid temperature τ of every head-selection module in ``model`` (the
+    training loop calls it once per update with its schedule's value); returns how many modules
+    were set. τ > 0 (ValueError otherwise)."""
+    if not tau > 0:
+        raise ValueError(f"head-selection temperature must be > 0, got {tau!r}")
+    n = 0
+    for m in model.modules():
+        if isinstance(m, HeadSelection):
+            m.tau = float(tau)
+            n += 1
+    return n
 
 
 # Keyword parameters of the base constructor are not spec keys (d_model / n_heads / dropout /

@@ -12,12 +12,14 @@ __all__ = [
     "BAND_OUTSIDE",
     "DEFAULT_BAND_K",
     "DEFAULT_GAMMA",
+    "HEAD_SELECTION_STRATEGIES",
     "MODEL_SIZES",
     "SMOOTHING_PRIORS",
     "SUBSAMPLER_NORMS",
     "ModelConfig",
     "model_config",
     "decoder_attention_spec",
+    "head_selection_options",
     "smoothing_layers",
     "smoothing_options",
 ]
@@ -46,7 +48,8 @@ class ModelConfig:
     # One attention spec per encoder layer; None -> all {"type": "full"}.
     encoder_attention: list[dict] | None = None
     # Decoder attention (specs/variants.md §0.3): one spec for all decoder layers, or None = plain
-    # attention (SDPA). {"type": "smooth", prior, gamma, recursive, train_only, layers} -- see
+    # attention (SDPA). {"type": "smooth", prior, gamma, recursive, train_only, layers} or, for
+    # self-attention only, {"type": "head_select", strategy, candidates, tasks, layers} (§2.3) -- see
     # decoder_attention_spec; "layers" (1-based) is filled with its default here.
     decoder_self_attention: dict | None = None
     cross_attention: dict | None = None
@@ -75,7 +78,9 @@ class ModelConfig:
                 f"{self.encoder_layers} encoder layers"
             )
         for name in ("decoder_self_attention", "cross_attention"):
-            setattr(self, name, decoder_attention_spec(getattr(self, name), self.decoder_layers, key=name))
+            setattr(self, name, decoder_attention_spec(getattr(self, name), self.decoder_layers, key=name,
+                                                       n_heads=self.n_heads, cross=name == "cross_attention"))
+        self._check_head_selection()
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} not divisible by n_heads={self.n_heads}")
         if self.conv_channels % 2:
@@ -88,6 +93,26 @@ class ModelConfig:
             raise ValueError(f"subsampler_norm must be one of {list(SUBSAMPLER_NORMS)}, got {self.subsampler_norm!r}")
         if not isinstance(self.scale_embedding, bool):
             raise ValueError(f"scale_embedding must be true or false, got {self.scale_embedding!r}")
+
+    def _check_head_selection(self) -> None:
+        """Head-selection specs (specs/variants.md §2.3): each encoder ``head_select`` layer is checked
+        like the decoder spec (strategy, candidates vs n_heads, tasks), every selecting layer of the
+        model must agree on the number of tasks (one task id indexes all of them), and the
+        relative-position bias control is not implemented for it. ValueError naming the key."""
+        n_tasks: dict[str, int] = {}
+        for i, spec in enumerate(self.encoder_attention):
+            if isinstance(spec, dict) and spec.get("type") == "head_select":
+                key = f"encoder_attention[{i}]"
+                opts = head_selection_options(strategy=spec.get("strategy"), candidates=spec.get("candidates"),
+                                              tasks=spec.get("tasks"), n_heads=self.n_heads, key=key)
+                n_tasks[key] = opts["tasks"]
+                if self.rel_pos_bias:
+                    raise ValueError(f"{key}: the relative-position bias (rel_pos_bias) is not implemented for "
+                                     "head selection")
+        if self.decoder_self_attention is not None and self.decoder_self_attention["type"] == "head_select":
+            n_tasks["decoder_self_attention"] = self.decoder_self_attention["tasks"]
+        if len(set(n_tasks.values())) > 1:
+            raise ValueError(f"tasks: head-selection layers disagree on the number of tasks: {n_tasks}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True).
@@ -192,7 +217,39 @@ def smoothing_options(
                 band_outside=band_outside, per_head=per_head)
 
 
-DECODER_ATTENTION_TYPES = ("smooth",)
+# ----------------------------------------------------------------------------------------
+# Attention head selection options (specs/variants.md §2.3), shared by the attention modules
+# (lib.model.attention.HeadSelectionAttention, lib.model.s2t_transformer.HeadSelectionMultiheadAttention),
+# the decoder spec below and the params-level builder (lib.model.spec.head_selection_spec).
+
+HEAD_SELECTION_STRATEGIES = ("subset", "group")
+
+
+def head_selection_options(*, strategy: Any, candidates: Any, tasks: Any, n_heads: int | None = None,
+                           key: str = "head_selection") -> dict[str, Any]:
+    """Validate one head-selection definition; ValueError naming ``<key>.<option>``.
+
+    ``strategy`` subset | group; ``candidates`` H' an int >= H (``n_heads``; H' = H is "no
+    selection", the seed's H' = 4 point of Fig. 2) and, for ``group``, a multiple of H (H strided
+    groups of r = H' / H candidates); ``tasks`` the number of task ids (>= 1). Returns
+    ``{strategy, candidates, tasks}``."""
+    if strategy not in HEAD_SELECTION_STRATEGIES:
+        raise ValueError(f"{key}.strategy: must be one of {list(HEAD_SELECTION_STRATEGIES)}, got {strategy!r}")
+    if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+        raise ValueError(f"{key}.candidates: must be a positive integer (H', heads per layer to select from), "
+                         f"got {candidates!r}")
+    if n_heads is not None:
+        if candidates < n_heads:
+            raise ValueError(f"{key}.candidates: H' = {candidates} is fewer than the H = {n_heads} heads selected")
+        if strategy == "group" and candidates % n_heads:
+            raise ValueError(f"{key}.candidates: the group strategy needs H' = {candidates} to be a multiple of "
+                             f"H = {n_heads} (H groups of H'/H candidates)")
+    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
+        raise ValueError(f"{key}.tasks: must be a positive integer (number of task ids), got {tasks!r}")
+    return dict(strategy=strategy, candidates=candidates, tasks=tasks)
+
+
+DECODER_ATTENTION_TYPES = ("smooth", "head_select")
 
 
 def smoothing_layers(layers: Any, prior: str, n_layers: int, *, key: str) -> list[int]:
@@ -213,15 +270,20 @@ def smoothing_layers(layers: Any, prior: str, n_layers: int, *, key: str) -> lis
     return sorted(layers)
 
 
-def decoder_attention_spec(spec: dict | None, n_layers: int, *, key: str) -> dict | None:
+def decoder_attention_spec(spec: dict | None, n_layers: int, *, key: str, n_heads: int | None = None,
+                           cross: bool = False) -> dict | None:
     """Validate a decoder attention spec (``ModelConfig.decoder_self_attention`` / ``cross_attention``,
-    specs/variants.md §0.3): None (plain attention) or ``{"type": "smooth", prior, gamma, recursive,
-    train_only, layers}`` with prior uniform | prev (the band prior is encoder-only, §1.2). Returns a
-    normalised copy with ``layers`` filled; ValueError naming ``<key>.<option>``."""
+    specs/variants.md §0.3): None (plain attention), ``{"type": "smooth", prior, gamma, recursive,
+    train_only, layers}`` with prior uniform | prev (the band prior is encoder-only, §1.2), or, for
+    self-attention only (``cross`` False; the seed's footnote 1), ``{"type": "head_select", strategy,
+    candidates, tasks, layers}`` (§2.3; ``n_heads`` checks H' against H). Returns a normalised copy
+    with ``layers`` filled (default: all layers); ValueError naming ``<key>.<option>``."""
     if spec is None:
         return None
     if not isinstance(spec, dict) or spec.get("type") not in DECODER_ATTENTION_TYPES:
         raise ValueError(f"{key}: expected None or a dict with type in {list(DECODER_ATTENTION_TYPES)}, got {spec!r}")
+    if spec["type"] == "head_select":
+        return _decoder_head_selection_spec(spec, n_layers, key=key, n_heads=n_heads, cross=cross)
     allowed = {"type", "prior", "gamma", "recursive", "train_only", "layers"}
     unknown = sorted(set(spec) - allowed)
     if unknown:
@@ -234,3 +296,23 @@ def decoder_attention_spec(spec: dict | None, n_layers: int, *, key: str) -> dic
     layers = smoothing_layers(spec.get("layers"), opts["prior"], n_layers, key=key)
     return {"type": spec["type"], "prior": opts["prior"], "gamma": opts["gamma"], "recursive": opts["recursive"],
             "train_only": opts["train_only"], "layers": layers}
+
+
+def _decoder_head_selection_spec(spec: dict, n_layers: int, *, key: str, n_heads: int | None,
+                                 cross: bool) -> dict:
+    """The ``head_select`` branch of :func:`decoder_attention_spec`."""
+    if cross:
+        raise ValueError(f"{key}: head selection applies to self-attention only (the seed found no gain on "
+                         "encoder-decoder attention, its footnote 1)")
+    allowed = {"type", "strategy", "candidates", "tasks", "layers"}
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    for name in ("strategy", "candidates", "tasks"):
+        if name not in spec:
+            raise ValueError(f"{key}.{name}: missing")
+    opts = head_selection_options(strategy=spec["strategy"], candidates=spec["candidates"], tasks=spec["tasks"],
+                                  n_heads=n_heads, key=key)
+    # layer numbers are checked as for smoothing (range, duplicates); any layer may select
+    layers = smoothing_layers(spec.get("layers"), "uniform", n_layers, key=key)
+    return {"type": "head_select", **opts, "layers": layers}

@@ -11,8 +11,8 @@ of Attention in Direct Speech Translation", Section 2 + Appendix B:
     prev_tokens (B, L)
       -> token embedding * sqrt(d) + sinusoidal positions -> dropout
       -> 6 pre-LN decoder layers (causal self-attn, cross-attn, FFN) -> final LayerNorm
-         (decoder attention: plain SDPA, or smoothed per ModelConfig.decoder_self_attention /
-         cross_attention, specs/variants.md §0.3)
+         (decoder attention: plain SDPA, or smoothed / head-selecting per
+         ModelConfig.decoder_self_attention / cross_attention, specs/variants.md §0.3)
       -> output projection (no bias, not tied to the input embedding)  = logits (B, L, V)
 
 d=256, 4 heads, FFN 2048, ReLU, dropout 0.1 everywhere; ~31 M parameters with an 8k vocab.
@@ -35,7 +35,8 @@ Conventions
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -44,8 +45,10 @@ from torch import Tensor, nn
 
 from lib.model.attention import (
     AttentionOutput,
+    HeadSelection,
     SelfAttention,
     build_attention,
+    gather_heads,
     mask_bias,
     predicted_gate,
     uniform_prior,
@@ -60,6 +63,7 @@ __all__ = [
     "DecoderLayer",
     "EncoderLayer",
     "EncoderOutput",
+    "HeadSelectionMultiheadAttention",
     "LoadReport",
     "ModelConfig",
     "MultiheadAttention",
@@ -212,6 +216,7 @@ class EncoderOutput:
     layer_inputs: list[Tensor] | None = None  # per layer: residual stream before its pre-LN
     attn_weights: list[Tensor] | None = None  # per layer: (B, H, N, N) effective post-softmax weights
     ctc_logits: Tensor | None = None  # (B, N, ctc_vocab) when the model has a CTC head
+    task: Tensor | None = None  # (B,) long task ids the encoder was run with; decode() hands them on
 
     def reorder(self, new_order: Tensor) -> EncoderOutput:
         """Index the batch dimension (beam search: repeat / reorder hypotheses)."""
@@ -230,6 +235,7 @@ class EncoderOutput:
             layer_inputs=sel(self.layer_inputs),
             attn_weights=sel(self.attn_weights),
             ctc_logits=sel(self.ctc_logits),
+            task=sel(self.task),
         )
 
 
@@ -292,7 +298,7 @@ class S2TTransformerEncoder(nn.Module):
 
         x = self.layer_norm(x).masked_fill(padding_mask[..., None], 0.0)
         ctc_logits = self.ctc_proj(x) if self.ctc_proj is not None else None
-        return EncoderOutput(x, padding_mask, lengths, layer_inputs, attn_weights, ctc_logits)
+        return EncoderOutput(x, padding_mask, lengths, layer_inputs, attn_weights, ctc_logits, task)
 
 
 # ----------------------------------------------------------------------------------------
@@ -315,23 +321,27 @@ class MultiheadAttention(nn.Module):
     #: When True, the decoder passes the previous layer's carry (same kind: self or cross) as ``prev_attn``.
     needs_prev_attn: bool = False
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float, *, proj_heads: int | None = None) -> None:
+        """``proj_heads``: heads produced by q/k/v_proj (default H); only head selection projects
+        H' > H candidates (``out_proj`` always merges H heads)."""
         super().__init__()
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
         self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
+        proj_dim = d_model if proj_heads is None else proj_heads * self.head_dim
+        self.q_proj = nn.Linear(d_model, proj_dim)
+        self.k_proj = nn.Linear(d_model, proj_dim)
+        self.v_proj = nn.Linear(d_model, proj_dim)
         self.out_proj = nn.Linear(d_model, d_model)
         for proj in (self.q_proj, self.k_proj, self.v_proj):
             nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
         nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.zeros_(self.out_proj.bias)
 
-    def _split(self, t: Tensor) -> Tensor:
+    def _split(self, t: Tensor, heads: int | None = None) -> Tensor:
+        """(B, N, heads * dh) -> (B, heads, N, dh); ``heads`` defaults to H."""
         B, N, _ = t.shape
-        return t.view(B, N, self.n_heads, self.head_dim).transpose(1, 2)
+        return t.view(B, N, self.n_heads if heads is None else heads, self.head_dim).transpose(1, 2)
 
     def _project(
         self,
@@ -343,18 +353,10 @@ class MultiheadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """q (B, H, L, dh), k and v (B, H, S, dh) with the cache applied, and the (B, 1, L, S) bool
         mask of forbidden keys (padding, and the future when ``causal``)."""
-        B, L, d = query.shape
         q = self._split(self.q_proj(query))
         if memory is None:  # self-attention
             k, v = self._split(self.k_proj(query)), self._split(self.v_proj(query))
-            if key_padding_mask is None:
-                key_padding_mask = torch.zeros(B, L, dtype=torch.bool, device=query.device)
-            if cache is not None:
-                if "k" in cache:
-                    k = torch.cat([cache["k"], k], dim=2)
-                    v = torch.cat([cache["v"], v], dim=2)
-                    key_padding_mask = torch.cat([cache["pad"], key_padding_mask], dim=1)
-                cache["k"], cache["v"], cache["pad"] = k, v, key_padding_mask
+            k, v, key_padding_mask = self._extend_cache(k, v, key_padding_mask, cache)
         else:  # cross-attention
             if cache is not None and "k" in cache:
                 k, v = cache["k"], cache["v"]
@@ -362,38 +364,46 @@ class MultiheadAttention(nn.Module):
                 k, v = self._split(self.k_proj(memory)), self._split(self.v_proj(memory))
                 if cache is not None:
                     cache["k"], cache["v"] = k, v
+        return q, k, v, self._forbidden(q, k, key_padding_mask, causal)
 
-        S = k.size(2)
-        mask = torch.zeros(B, 1, L, S, dtype=torch.bool, device=query.device)
+    @staticmethod
+    def _extend_cache(k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
+                      cache: dict[str, Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention: prepend the cached keys / values / padding of the earlier steps to this
+        call's (B, H, L, dh) and store the result in ``cache`` (when given). Returns k, v (B, H, t, dh)
+        and the (B, t) key padding mask."""
+        B, L = k.shape[0], k.shape[2]
+        if key_padding_mask is None:
+            key_padding_mask = torch.zeros(B, L, dtype=torch.bool, device=k.device)
+        if cache is not None:
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)
+                v = torch.cat([cache["v"], v], dim=2)
+                key_padding_mask = torch.cat([cache["pad"], key_padding_mask], dim=1)
+            cache["k"], cache["v"], cache["pad"] = k, v, key_padding_mask
+        return k, v, key_padding_mask
+
+    @staticmethod
+    def _forbidden(q: Tensor, k: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
+        """(B, 1, L, S) bool mask of the keys query i may not see: padding, and the future when
+        ``causal`` (query i sits at absolute position S - L + i)."""
+        B, L, S = q.size(0), q.size(2), k.size(2)
+        mask = torch.zeros(B, 1, L, S, dtype=torch.bool, device=q.device)
         if key_padding_mask is not None:
             mask = mask | key_padding_mask[:, None, None, :]
         if causal:  # query i (absolute position S - L + i) sees keys <= its position
-            qpos = torch.arange(S - L, S, device=query.device)[:, None]
-            mask = mask | (torch.arange(S, device=query.device)[None, :] > qpos)
-        return q, k, v, mask
+            qpos = torch.arange(S - L, S, device=q.device)[:, None]
+            mask = mask | (torch.arange(S, device=q.device)[None, :] > qpos)
+        return mask
 
     def _merge(self, ctx: Tensor) -> Tensor:
         """(B, H, L, dh) -> out_proj of the merged heads (B, L, d)."""
         B, H, L, dh = ctx.shape
         return self.out_proj(ctx.transpose(1, 2).reshape(B, L, H * dh))
 
-    def forward(
-        self,
-        query: Tensor,
-        memory: Tensor | None,
-        *,
-        key_padding_mask: Tensor | None = None,
-        causal: bool = False,
-        cache: dict[str, Tensor] | None = None,
-        prev_attn: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        """query (B, L, d); memory (B, S, d) for cross-attention or None for self-attention.
-
-        key_padding_mask: (B, S) for cross-attention, (B, L) (the new steps) for self-attention.
-        prev_attn: unused here (variants that smooth with the layer below take it).
-        """
-        q, k, v, mask = self._project(query, memory, key_padding_mask, causal, cache)
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """Plain attention core: ctx (B, H, L, dh) and, with ``need_weights``, the pre-dropout
+        weights (B, H, L, S); the fused SDPA path otherwise."""
         if need_weights or (self.training and self.dropout > 0 and q.device.type == "cpu"):
             # explicit weights; on CPU in training also the fast dropout mask (SDPA would fall back
             # to its math path with torch's slow CPU Bernoulli mask, lib.model.dropout)
@@ -408,7 +418,28 @@ class MultiheadAttention(nn.Module):
                 attn_mask=mask_bias(mask, q.dtype),
                 dropout_p=self.dropout if self.training else 0.0,
             )
-        w = w if need_weights else None
+        return ctx, (w if need_weights else None)
+
+    def forward(
+        self,
+        query: Tensor,
+        memory: Tensor | None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: dict[str, Tensor] | None = None,
+        prev_attn: Tensor | None = None,
+        task: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """query (B, L, d); memory (B, S, d) for cross-attention or None for self-attention.
+
+        key_padding_mask: (B, S) for cross-attention, (B, L) (the new steps) for self-attention.
+        prev_attn: unused here (variants that smooth with the layer below take it).
+        task: (B,) task ids, unused here (head selection takes them).
+        """
+        q, k, v, mask = self._project(query, memory, key_padding_mask, causal, cache)
+        ctx, w = self._attend(q, k, v, mask, need_weights)
         return AttentionOutput(out=self._merge(ctx), weights=w, carry=w)
 
 
@@ -461,6 +492,7 @@ class SmoothedMultiheadAttention(MultiheadAttention):
         causal: bool = False,
         cache: dict[str, Tensor] | None = None,
         prev_attn: Tensor | None = None,
+        task: Tensor | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:
         if self.train_only and not self.training:  # relaxed attention at inference: the plain module
@@ -488,8 +520,71 @@ class SmoothedMultiheadAttention(MultiheadAttention):
                 + (", train_only=True" if self.train_only else ""))
 
 
+class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
+    """Decoder self-attention with per-task head selection (seed 004; specs/variants.md §2.3, B1):
+    the logic of :class:`lib.model.attention.HeadSelection` (the encoder's
+    :class:`lib.model.attention.HeadSelectionAttention` has the same math) on the decoder's causal
+    self-attention, keyed on the target language (the seed's O2M configuration).
+
+    q/k/v_proj project H' candidates; ``head_logits`` (tasks, H'). Training: all H' projected, one
+    draw per forward pass, each sample's H heads gathered by its task, straight-through weights on
+    the head outputs. Evaluation: deterministic selection and only the selected rows projected;
+    the incremental cache ("k", "v" (B, H, t, dh), "pad") holds the H selected heads only, so
+    incremental decoding equals full-sequence decoding and costs what a plain H-head layer costs.
+    Incremental decoding in training mode is refused (each call would draw a new selection while
+    the cache holds the old one). Self-attention only (``memory`` must be None).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, *, strategy: str, candidates: int,
+                 tasks: int) -> None:
+        if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+            raise ValueError(f"decoder head_select.candidates: must be a positive integer, got {candidates!r}")
+        super().__init__(d_model, n_heads, dropout, proj_heads=candidates)
+        self._init_head_selection(strategy=strategy, candidates=candidates, tasks=tasks, key="decoder head_select")
+
+    def forward(
+        self,
+        query: Tensor,
+        memory: Tensor | None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: dict[str, Tensor] | None = None,
+        prev_attn: Tensor | None = None,
+        task: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        if memory is not None:
+            raise ValueError("head selection is implemented for decoder self-attention only")
+        task = self.task_ids(task, query.shape[0], query.device)
+        w: Tensor | None = None
+        if self.training or not self.pruned_inference:
+            if self.training and cache is not None:
+                raise ValueError("decoder head selection: incremental decoding runs in eval mode (a training "
+                                 "forward draws a new selection, the cache holds the previous one)")
+            q, k, v = (self._split(p(query), self.candidates) for p in (self.q_proj, self.k_proj, self.v_proj))
+            sel, w = self.sample() if self.training else (self.eval_selection(), None)
+            idx = sel[task]  # (B, H)
+            q, k, v = gather_heads(q, idx), gather_heads(k, idx), gather_heads(v, idx)
+            self.computed_heads = self.candidates
+        else:
+            q, k, v = self.project_pruned(query, task)  # (B, H, L, dh)
+            self.computed_heads = self.n_heads
+        k, v, key_padding_mask = self._extend_cache(k, v, key_padding_mask, cache)
+        ctx, weights = self._attend(q, k, v, self._forbidden(q, k, key_padding_mask, causal), need_weights)
+        if w is not None:
+            ctx = ctx * w[task][:, :, None, None]
+        return AttentionOutput(out=self._merge(ctx), weights=weights, carry=weights)
+
+    def extra_repr(self) -> str:
+        return self.selection_repr()
+
+
 # Decoder attention variants by spec type (ModelConfig.decoder_self_attention / cross_attention).
-DECODER_ATTENTION_VARIANTS: dict[str, type[MultiheadAttention]] = {"smooth": SmoothedMultiheadAttention}
+DECODER_ATTENTION_VARIANTS: dict[str, type[MultiheadAttention]] = {
+    "smooth": SmoothedMultiheadAttention,
+    "head_select": HeadSelectionMultiheadAttention,
+}
 
 
 def build_decoder_attention(spec: dict | None, d_model: int, n_heads: int, dropout: float, *,
@@ -533,9 +628,11 @@ class DecoderLayer(nn.Module):
         prev_cross: Tensor | None = None,
         need_self: bool = False,
         need_cross: bool = False,
+        task: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Returns the layer output (B, L, d) and the self- / cross-attention carries for the next
-        layer ((B, H, L, L_keys) / (B, H, L, S); None unless ``need_self`` / ``need_cross``)."""
+        layer ((B, H, L, L_keys) / (B, H, L, S); None unless ``need_self`` / ``need_cross``).
+        ``task`` (B,) task ids reach both attention modules (head selection uses them)."""
         a = self.self_attn(
             self.self_attn_layer_norm(x),
             None,
@@ -543,6 +640,7 @@ class DecoderLayer(nn.Module):
             causal=True,
             cache=None if cache is None else cache.setdefault("self", {}),
             prev_attn=prev_self,
+            task=task,
             need_weights=need_self,
         )
         x = x + self.dropout(a.out)
@@ -552,6 +650,7 @@ class DecoderLayer(nn.Module):
             key_padding_mask=enc_padding_mask,
             cache=None if cache is None else cache.setdefault("cross", {}),
             prev_attn=prev_cross,
+            task=task,
             need_weights=need_cross,
         )
         x = x + self.dropout(c.out)
@@ -580,8 +679,10 @@ class S2TTransformerDecoder(nn.Module):
         enc_out: Tensor,
         enc_padding_mask: Tensor | None,
         incremental_state: IncrementalState | None = None,
+        *,
+        task: Tensor | None = None,
     ) -> Tensor:
-        """tokens (B, L) -> logits (B, L, V).
+        """tokens (B, L) -> logits (B, L, V); ``task`` (B,) task ids for the decoder attention.
 
         With ``incremental_state`` (a dict, empty at the first step, filled in place) ``tokens``
         is the whole prefix so far, only its last token is processed, and the logits for that
@@ -609,6 +710,7 @@ class S2TTransformerDecoder(nn.Module):
                 prev_cross=prev_cross if layer.encoder_attn.needs_prev_attn else None,
                 need_self=nxt is not None and nxt.self_attn.needs_prev_attn,
                 need_cross=nxt is not None and nxt.encoder_attn.needs_prev_attn,
+                task=task,
             )
         return self.output_projection(self.layer_norm(x))
 
@@ -632,6 +734,7 @@ class LoadReport:
     loaded: list[str]  # target keys that received a value
     skipped: list[str]  # source keys not loaded (CTC head / variant-specific attention params)
     missing: list[str]  # target keys left at their initialisation (same categories only)
+    expanded: list[str] = field(default_factory=list)  # target keys filled by tiling H source heads into H' candidates
 
 
 class S2TTransformer(nn.Module):
@@ -658,7 +761,9 @@ class S2TTransformer(nn.Module):
         enc: EncoderOutput,
         incremental_state: IncrementalState | None = None,
     ) -> Tensor:
-        return self.decoder(prev_tokens, enc.out, enc.padding_mask, incremental_state)
+        """Logits (B, L, V) of ``prev_tokens`` given the encoder output; the task ids the encoder ran
+        with (``enc.task``, reordered with it in beam search) reach the decoder attention."""
+        return self.decoder(prev_tokens, enc.out, enc.padding_mask, incremental_state, task=enc.task)
 
     def forward(
         self,
@@ -674,7 +779,7 @@ class S2TTransformer(nn.Module):
     def reorder_incremental_state(self, state: IncrementalState, new_order: Tensor) -> IncrementalState:
         return self.decoder.reorder_incremental_state(state, new_order)
 
-    def load_encoder_from(self, state_dict: dict[str, Tensor]) -> LoadReport:
+    def load_encoder_from(self, state_dict: dict[str, Tensor], *, expand_candidate_heads: bool = False) -> LoadReport:
         """Initialise the encoder (subsampler + layers + final LN) from another checkpoint,
         e.g. ST from a pre-trained ASR model (the decoder stays randomly initialised).
 
@@ -682,7 +787,14 @@ class S2TTransformer(nn.Module):
         bare encoder state dict, or a checkpoint dict with a ``"model"`` entry. All core keys
         must match in name and shape (ValueError otherwise). Tolerated differences: the CTC head
         (loaded only if both have one of the same shape) and attention parameters specific to a
-        variant (anything under ``.self_attn.`` other than q/k/v/out_proj).
+        variant (anything under ``.self_attn.`` other than q/k/v/out_proj, e.g. ``head_logits``).
+
+        ``expand_candidate_heads`` (head selection, specs/variants.md §0.4): a target
+        ``q/k/v_proj`` weight of shape (H' · dh, d) (bias (H' · dh,)) whose source has H · dh rows is
+        filled by tiling, candidate row-block j <- source head (j mod H); ``out_proj`` loads
+        unchanged. With strided groups every group then holds copies of one source head, so any
+        group selection reproduces the source encoder exactly. Such keys are listed in
+        ``LoadReport.expanded`` (and in ``loaded``).
         """
         if "model" in state_dict and isinstance(state_dict["model"], dict):
             state_dict = state_dict["model"]
@@ -704,10 +816,25 @@ class S2TTransformer(nn.Module):
                 )
             return False
 
-        to_load, skipped, errors = {}, [], []
+        def expandable(key: str, val: Tensor) -> bool:
+            """A q/k/v projection whose target has a whole multiple of the source's heads."""
+            if not expand_candidate_heads or ".self_attn." not in key:
+                return False
+            if key.split(".self_attn.", 1)[1] not in {f"{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")}:
+                return False
+            tgt = target[key]
+            return (tgt.dim() == val.dim() and tgt.shape[1:] == val.shape[1:] and val.shape[0] > 0
+                    and tgt.shape[0] > val.shape[0] and tgt.shape[0] % val.shape[0] == 0)
+
+        to_load, skipped, expanded, errors = {}, [], [], []
         for key, val in src.items():
             if key in target and target[key].shape == val.shape:
                 to_load[key] = val
+            elif key in target and expandable(key, val):
+                # rows are [head 0 | head 1 | ...] blocks of dh: repeating the whole matrix r times
+                # puts source head (j mod H) into candidate j
+                to_load[key] = val.repeat(target[key].shape[0] // val.shape[0], *([1] * (val.dim() - 1)))
+                expanded.append(key)
             elif optional(key):
                 skipped.append(key)
             elif key in target:
@@ -719,7 +846,8 @@ class S2TTransformer(nn.Module):
         if errors:
             raise ValueError("encoder state dict does not match: " + "; ".join(errors))
         self.encoder.load_state_dict(to_load, strict=False)
-        return LoadReport(loaded=sorted(to_load), skipped=sorted(skipped), missing=sorted(missing))
+        return LoadReport(loaded=sorted(to_load), skipped=sorted(skipped), missing=sorted(missing),
+                          expanded=sorted(expanded))
 
     def load_decoder_layers_from(self, state_dict: dict[str, Tensor]) -> list[str]:
         """Initialise the decoder's layers and final LayerNorm from another model's (e.g. the ASR
@@ -748,6 +876,81 @@ class S2TTransformer(nn.Module):
             raise ValueError("decoder state dict does not match: " + "; ".join(errors))
         self.decoder.load_state_dict(src, strict=False)
         return sorted(src)
+
+    # -- head selection (specs/variants.md §2.3) ------------------------------------------
+
+    def head_selection_layers(self) -> dict[str, list[tuple[int, HeadSelection]]]:
+        """The head-selecting attention modules per side, ``{"encoder": [(layer, module), ...],
+        "decoder": [...]}`` (1-based layer numbers; a side without any is left out, so an empty dict
+        means the model selects no heads)."""
+        sides = {
+            "encoder": [(i + 1, layer.self_attn) for i, layer in enumerate(self.encoder.layers)
+                        if isinstance(layer.self_attn, HeadSelection)],
+            "decoder": [(i + 1, layer.self_attn) for i, layer in enumerate(self.decoder.layers)
+                        if isinstance(layer.self_attn, HeadSelection)],
+        }
+        return {side: mods for side, mods in sides.items() if mods}
+
+    def head_selection_kl_per_task(self) -> dict[str, Tensor]:
+        """K_t per side: (tasks,) the Bernoulli KL of σ(φ) to the prior H / H', averaged over that
+        side's selecting layers and their H' candidates (§2.3 "KL")."""
+        return {side: torch.cat([m.kl() for _, m in mods], dim=1).mean(dim=1)
+                for side, mods in self.head_selection_layers().items()}
+
+    def head_selection_kl(self, task: Tensor, n_tokens: Tensor,
+                          weight: float | Mapping[str, float | Sequence[float] | Tensor] = 1.0) -> Tensor:
+        """The KL term of one batch: Σ_side Σ_t λ_{side,t} · n_t · K_t^side (§2.3 "KL"), n_t the
+        target tokens (eos included) of the batch's samples of task t (fairseq's per-task token
+        weighting; the caller divides the update's summed loss by its token count as for the CE).
+
+        ``task`` (B,) long, ``n_tokens`` (B,) target lengths. ``weight`` λ: a float for every side
+        and task, or ``{side: float | (tasks,) per task}`` for both sides (e.g. from
+        :meth:`elbo_kl_weights`). A model without head selection gives 0."""
+        per_task = self.head_selection_kl_per_task()
+        if not per_task:
+            return torch.zeros((), device=n_tokens.device)
+        total: Tensor | None = None
+        for side, k_t in per_task.items():
+            n_t = torch.zeros_like(k_t).index_add_(0, task.to(k_t.device), n_tokens.to(k_t))
+            if isinstance(weight, Mapping):
+                if side not in weight:
+                    raise ValueError(f"head_selection_kl: no weight for side {side!r} (have {sorted(weight)})")
+                lam = torch.as_tensor(weight[side], dtype=k_t.dtype, device=k_t.device)
+            else:
+                lam = torch.as_tensor(float(weight), dtype=k_t.dtype, device=k_t.device)
+            term = (lam * n_t * k_t).sum()
+            total = term if total is None else total + term
+        return total  # type: ignore[return-value]
+
+    def elbo_kl_weights(self, train_tokens_per_task: Sequence[int]) -> dict[str, list[float]]:
+        """λ_{side,t} = C_s / N_t (``kl_weight: elbo``, §2.4 B4): with C_s the number of selection
+        logits of side s per task (Σ over its selecting layers of H'; L_s · H') and N_t the train
+        target tokens of task t, summing λ n_t K_t over an epoch gives C_s K_t = Σ_{l,h} KL, the
+        seed's Eq. 3 (one KL per task for the whole data set)."""
+        out: dict[str, list[float]] = {}
+        for side, mods in self.head_selection_layers().items():
+            tasks = mods[0][1].tasks
+            if len(train_tokens_per_task) != tasks:
+                raise ValueError(f"elbo_kl_weights: {len(train_tokens_per_task)} token counts for {tasks} tasks")
+            if any(n <= 0 for n in train_tokens_per_task):
+                raise ValueError(f"elbo_kl_weights: token counts must be positive, got {list(train_tokens_per_task)}")
+            logits = sum(m.candidates for _, m in mods)
+            out[side] = [logits / n for n in train_tokens_per_task]
+        return out
+
+    def head_selections(self) -> dict[str, dict[str, list]]:
+        """Evaluation selections and logits per side, JSON-ready: ``{side: {"layers": [l, ...],
+        "selected": [task][layer index] -> [candidate, ...] (slot order), "head_logits": [task][layer
+        index] -> [φ_h, ...]}}`` (selection.json of the pipeline, §2.5)."""
+        out: dict[str, dict[str, list]] = {}
+        for side, mods in self.head_selection_layers().items():
+            sel = [m.eval_selection().tolist() for _, m in mods]  # [layer][task][slot]
+            phi = [m.head_logits.detach().cpu().tolist() for _, m in mods]  # [layer][task][candidate]
+            tasks = mods[0][1].tasks
+            out[side] = {"layers": [layer for layer, _ in mods],
+                         "selected": [[s[t] for s in sel] for t in range(tasks)],
+                         "head_logits": [[p[t] for p in phi] for t in range(tasks)]}
+        return out
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

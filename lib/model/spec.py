@@ -1,10 +1,17 @@
 """Per-layer encoder attention specs (which layers are full, which local with which window, which
-smoothed with which prior)."""
+smoothed with which prior, which select heads per task)."""
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
-from lib.model.config import SMOOTHING_PRIORS, decoder_attention_spec, smoothing_layers, smoothing_options
+from lib.model.config import (
+    SMOOTHING_PRIORS,
+    decoder_attention_spec,
+    head_selection_options,
+    smoothing_layers,
+    smoothing_options,
+)
 
 SMOOTHING_WHERE = ("encoder", "decoder_self", "cross")
 SMOOTHING_BASES = ("full", "local")
@@ -128,3 +135,97 @@ def smoothing_model_specs(base: Sequence[dict], sdef: dict, decoder_layers: int,
     if any(w in ("decoder_self", "cross") for w in where):
         return encoder, decoder_smoothing_specs(sdef, decoder_layers, key=key)
     return encoder, {"decoder_self_attention": None, "cross_attention": None}
+
+# ----------------------------------------------------------------------------------------
+# Head selection (specs/variants.md §2.3-2.5): params.yaml `multi.head_selection` plus the system's
+# strategy -> the encoder's per-layer spec, the decoder's ModelConfig override, the training options.
+
+HEAD_SELECTION_APPLY_TO = ("encoder_self", "decoder_self")
+# Keys of a head-selection definition: `multi.head_selection` + `strategy` (from the system name).
+HEAD_SELECTION_KEYS = ("strategy", "candidates", "apply_to", "tau_start", "tau_end", "anneal_updates", "kl_weight")
+HEAD_SELECTION_DEFAULTS: dict[str, Any] = {"candidates": 8, "apply_to": list(HEAD_SELECTION_APPLY_TO),
+                                           "tau_start": 5.0, "tau_end": 5.0, "anneal_updates": 540, "kl_weight": 0.0}
+
+
+def _number(val: Any) -> bool:
+    return not isinstance(val, bool) and isinstance(val, (int, float)) and math.isfinite(val)
+
+
+def head_selection_options_from(hdef: dict, *, n_heads: int, tasks: int, key: str = "multi.head_selection") -> dict:
+    """Validate a whole head-selection definition (§2.5 params: ``strategy`` subset | group,
+    ``candidates`` H', ``apply_to`` ⊆ [encoder_self, decoder_self], ``tau_start``, ``tau_end``,
+    ``anneal_updates``, ``kl_weight`` a float >= 0 or ``elbo``) and fill the defaults of
+    :data:`HEAD_SELECTION_DEFAULTS`. ``n_heads`` H and ``tasks`` (the number of pairs) come from the
+    model and the data. ValueError naming ``<key>.<option>``."""
+    if not isinstance(hdef, dict):
+        raise ValueError(f"{key}: a head-selection definition must be a mapping, got {hdef!r}")
+    unknown = sorted(set(hdef) - set(HEAD_SELECTION_KEYS))
+    if unknown:
+        raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {list(HEAD_SELECTION_KEYS)}")
+    if "strategy" not in hdef:
+        raise ValueError(f"{key}.strategy: missing (subset or group)")
+    d = {**HEAD_SELECTION_DEFAULTS, **hdef}
+    opts = head_selection_options(strategy=d["strategy"], candidates=d["candidates"], tasks=tasks, n_heads=n_heads,
+                                  key=key)
+    apply_to = d["apply_to"]
+    if isinstance(apply_to, str) or not isinstance(apply_to, (list, tuple)) or not apply_to:
+        raise ValueError(f"{key}.apply_to: must be a non-empty list of {list(HEAD_SELECTION_APPLY_TO)}, got {apply_to!r}")
+    bad = [a for a in apply_to if a not in HEAD_SELECTION_APPLY_TO]
+    if bad:
+        raise ValueError(f"{key}.apply_to: unknown place(s) {bad}; known: {list(HEAD_SELECTION_APPLY_TO)} "
+                         "(head selection is for self-attention only)")
+    if len(set(apply_to)) != len(apply_to):
+        raise ValueError(f"{key}.apply_to: duplicates in {list(apply_to)}")
+    for name in ("tau_start", "tau_end"):
+        if not _number(d[name]) or d[name] <= 0:
+            raise ValueError(f"{key}.{name}: the temperature must be a number > 0, got {d[name]!r}")
+    if d["tau_end"] > d["tau_start"]:
+        raise ValueError(f"{key}.tau_end: the schedule anneals downwards (tau_end <= tau_start = {d['tau_start']}), "
+                         f"got {d['tau_end']!r}")
+    if isinstance(d["anneal_updates"], bool) or not isinstance(d["anneal_updates"], int) or d["anneal_updates"] < 0:
+        raise ValueError(f"{key}.anneal_updates: must be an integer >= 0, got {d['anneal_updates']!r}")
+    if d["kl_weight"] != "elbo" and (not _number(d["kl_weight"]) or d["kl_weight"] < 0):
+        raise ValueError(f"{key}.kl_weight: must be a number >= 0 or 'elbo', got {d['kl_weight']!r}")
+    return {"strategy": opts["strategy"], "candidates": opts["candidates"], "tasks": opts["tasks"],
+            "apply_to": list(apply_to), "tau_start": float(d["tau_start"]), "tau_end": float(d["tau_end"]),
+            "anneal_updates": d["anneal_updates"],
+            "kl_weight": d["kl_weight"] if d["kl_weight"] == "elbo" else float(d["kl_weight"])}
+
+
+def head_selection_spec(base: Sequence[dict], hdef: dict, n_layers: int, *, n_heads: int, tasks: int,
+                        key: str = "multi.head_selection") -> list[dict]:
+    """Overlay a head-selection definition on a per-layer encoder spec (specs/variants.md §2.3).
+
+    ``base``: one spec per encoder layer, each ``{"type": "full"}`` or ``{"type": "local", "window":
+    w}``. With ``encoder_self`` in ``apply_to`` every layer becomes ``{"type": "head_select",
+    strategy, candidates, tasks}`` (a local layer keeps its ``window``: local attention on the selected
+    heads); otherwise the base is returned unchanged. The whole definition is validated
+    (:func:`head_selection_options_from`); ValueError naming ``<key>.<option>``."""
+    opts = head_selection_options_from(hdef, n_heads=n_heads, tasks=tasks, key=key)
+    if len(base) != n_layers:
+        raise ValueError(f"{key}: base spec has {len(base)} layer specs for {n_layers} encoder layers")
+    out = [dict(s) for s in base]
+    if "encoder_self" not in opts["apply_to"]:
+        return out
+    for i, s in enumerate(out):
+        if not isinstance(s, dict) or s.get("type") not in ("full", "local"):
+            raise ValueError(f"{key}: layer {i + 1} has base attention {s!r}; head selection overlays full or "
+                             "local layers only")
+        out[i] = {"type": "head_select", "strategy": opts["strategy"], "candidates": opts["candidates"],
+                  "tasks": opts["tasks"]}
+        if s["type"] == "local":
+            out[i]["window"] = s["window"]
+    return out
+
+
+def decoder_head_selection_spec(hdef: dict, n_layers: int, *, n_heads: int, tasks: int,
+                                key: str = "multi.head_selection") -> dict[str, dict | None]:
+    """The decoder side of a head-selection definition: the ``ModelConfig`` override
+    ``{"decoder_self_attention": {"type": "head_select", strategy, candidates, tasks, layers} | None}``
+    (None when ``decoder_self`` is not in ``apply_to``: plain decoder attention). ValueError naming
+    ``<key>.<option>``."""
+    opts = head_selection_options_from(hdef, n_heads=n_heads, tasks=tasks, key=key)
+    if "decoder_self" not in opts["apply_to"]:
+        return {"decoder_self_attention": None}
+    spec = {"type": "head_select", "strategy": opts["strategy"], "candidates": opts["candidates"], "tasks": tasks}
+    return {"decoder_self_attention": decoder_attention_spec(spec, n_layers, key=key, n_heads=n_heads)}

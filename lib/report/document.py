@@ -10,6 +10,7 @@ from typing import Any
 from lib import layout, paper
 from lib.layout import RunPaths
 from lib.params import Params
+from lib.report.multi import multi_section
 from lib.report.smoothing import smoothing_section
 from lib.report.tables import (health_markdown, load_scores, paper_comparison_markdown, significance, summary,
                                table2_markdown)
@@ -97,6 +98,10 @@ def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
     flat.update(smoothing_flat)
     if smoothing_md:
         parts.append(smoothing_md)
+    multi_md, multi_flat = multi_section(root, p.multi, p.pairs, p.seeds)
+    flat.update(multi_flat)
+    if multi_md:
+        parts.append(multi_md)
     parts.append("\n## Efficiency (CPU)\n")
     parts.append("From `python benchmarks/encoder_efficiency.py --metrics metrics/efficiency.json --md "
                  "metrics/efficiency.md --plot plots/efficiency/time_vs_N.png` (a benchmark, not a pipeline "

@@ -39,7 +39,8 @@ from lib.data.dataset import BOS_ID, PAD_ID, Batch, SpecAugmentConfig, SpeechDat
 from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig re-exported)
 from lib.precision import autocast, resolve_amp
 from lib.train import checkpoint as ckpt
-from lib.train.objectives import ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss
+from lib.model.attention import set_head_selection_tau
+from lib.train.objectives import HeadSelectionTraining, ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss
 
 
 
@@ -78,15 +79,24 @@ def init_distributed() -> tuple[int, int, torch.device]:
 
 class Criterion(nn.Module):
     """The model plus its training loss, as one module so that DistributedDataParallel wraps the
-    whole forward (DDP only synchronises gradients of computations run through its forward)."""
+    whole forward (DDP only synchronises gradients of computations run through its forward).
 
-    def __init__(self, model: nn.Module, label_smoothing: float, ctc_weight: float) -> None:
+    Head-selection models (specs/variants.md §2.3 "KL"): the batch's task ids reach the model, the
+    KL term Σ_side Σ_t n_t K_t^side is computed and returned as part ``kl`` (summed like the CE, so
+    ``kl / tokens`` is per target token), and ``kl_weight`` λ (a float, or ``{side: [λ per task]}``)
+    times it is added to the loss when λ is not 0. Models without head selection: unchanged."""
+
+    def __init__(self, model: nn.Module, label_smoothing: float, ctc_weight: float,
+                 kl_weight: float | dict[str, list[float]] = 0.0) -> None:
         super().__init__()
         self.model, self.label_smoothing, self.ctc_weight = model, label_smoothing, ctc_weight
+        self.kl_weight = kl_weight
+        layers = getattr(model, "head_selection_layers", None)
+        self.head_selection = bool(layers()) if callable(layers) else False
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        """Summed loss of one batch: label-smoothed CE (+ ctc_weight * CTC), and its parts."""
-        enc = self.model.encode(batch.feats, batch.feat_lengths)
+        """Summed loss of one batch: label-smoothed CE (+ ctc_weight * CTC) (+ λ KL), and its parts."""
+        enc = self.model.encode(batch.feats, batch.feat_lengths, task=batch.task)
         logits = self.model.decode(batch.prev_tokens, enc)
         loss, nll = label_smoothed_nll_loss(logits, batch.target, self.label_smoothing, PAD_ID)
         parts = {"nll": nll.detach().item(), "ce": loss.detach().item()}
@@ -98,6 +108,13 @@ class Criterion(nn.Module):
             # CTC is summed over labels without eos; rescale so both terms are per target token.
             labels = batch.n_target_tokens - len(batch.ids)
             loss = loss + self.ctc_weight * c * batch.n_target_tokens / max(1, labels)
+        if self.head_selection:
+            if batch.task is None:
+                raise ValueError("a head-selection model needs task ids in its batches (Batch.task)")
+            kl = self.model.head_selection_kl(batch.task, batch.target_lengths)
+            parts["kl"] = kl.detach().item()
+            if isinstance(self.kl_weight, dict) or self.kl_weight != 0:
+                loss = loss + self.model.head_selection_kl(batch.task, batch.target_lengths, weight=self.kl_weight)
         return loss, parts
 
 
@@ -112,7 +129,7 @@ def dev_loss(model: nn.Module, dataset: SpeechDataset, max_frames: int, device: 
     for idx in batch_by_frames(dataset.n_frames, max_frames, shuffle=False):
         batch = collate(dataset, idx).to(device)
         with autocast(device, amp):
-            logits = core.decode(batch.prev_tokens, core.encode(batch.feats, batch.feat_lengths))
+            logits = core.decode(batch.prev_tokens, core.encode(batch.feats, batch.feat_lengths, task=batch.task))
         loss, nll = label_smoothed_nll_loss(logits, batch.target, label_smoothing, PAD_ID)
         total, nll_total, tokens = total + float(loss), nll_total + float(nll), tokens + batch.n_target_tokens
     core.train(was_training)
@@ -269,7 +286,7 @@ def _keep_best(metrics: dict[str, float], st: RunState, model: nn.Module, cfg: T
 def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: SpeechDataset, out_dir: Path, *,
           run_config: dict[str, Any], evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
           device: torch.device | None = None, progress: bool = True, live: Any = None,
-          resume: Resume | None = None) -> dict[str, Any]:
+          resume: Resume | None = None, head_selection: HeadSelectionTraining | None = None) -> dict[str, Any]:
     """Train ``model`` in place; returns the final summary (also left in ``<out>/checkpoints``).
 
     ``run_config`` is everything that defines the run (hyperparameters, model config, data
@@ -278,6 +295,10 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     (the default) decides here (under torchrun: on every rank, or on none).
     ``evaluate(model) -> {"bleu": ...}`` adds decoding metrics to each evaluation.
     ``live`` is a dvclive ``Live`` (or None), used on rank 0 only.
+    ``head_selection`` (head-selection models, specs/variants.md §2.3): the τ schedule, set on the
+    model before every update, and the KL weight; the KL is logged as ``train/kl`` (per target
+    token) for such models whether or not it is optimised. Put it into ``run_config`` too (it
+    changes the run). None: τ stays at the modules' default (5.0) and λ = 0.
     """
     cfg.validate()
     rank, world = dist_info()
@@ -297,7 +318,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     st = _restore(resume, model, optimizer, cfg, snap_dir, rank, world)
     if resume.state is not None:
         say(f"resumed from {ckpt_dir / 'last.pt'} at update {st.update}")
-    criterion = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
+    criterion = Criterion(model, cfg.label_smoothing, cfg.ctc_weight,
+                          kl_weight=head_selection.kl_weight if head_selection is not None else 0.0)
     net = nn.parallel.DistributedDataParallel(criterion) if world > 1 else criterion
     amp = resolve_amp(cfg.amp, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
@@ -316,6 +338,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             group = groups[st.group_in_epoch]
             mine = group[rank * cfg.update_freq:(rank + 1) * cfg.update_freq]
             optimizer.zero_grad(set_to_none=True)
+            if head_selection is not None:  # τ(u) for u = updates completed so far (resume-safe)
+                set_head_selection_tau(model, head_selection.tau(st.update))
             batches = []
             for b, idx in enumerate(mine):
                 # Seeded by the batch's place in the update group (not by which rank holds it), so
@@ -359,6 +383,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             row = {"update": st.update, "train/loss": train_loss, "train/lr": lr, "train/grad_norm": grad_norm}
             if "ctc" in logged:
                 row["train/ctc"] = logged["ctc"] / max(local_tokens - sum(len(x.ids) for x in batches), 1)
+            if "kl" in logged:
+                row["train/kl"] = logged["kl"] / max(local_tokens, 1)
             if st.update % cfg.eval_every == 0 or st.update == cfg.max_updates:
                 metrics = _dev_metrics(model, dev_ds, cfg, device, amp, evaluate if rank == 0 else None)
                 if rank == 0:

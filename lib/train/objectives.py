@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -45,3 +46,31 @@ def inverse_sqrt_lr(update: int, lr: float, warmup_updates: int, warmup_init_lr:
     if update < warmup_updates:
         return warmup_init_lr + (lr - warmup_init_lr) * update / warmup_updates
     return lr * math.sqrt(warmup_updates / max(update, 1))
+
+
+def head_selection_tau(update: int, tau_start: float = 5.0, tau_end: float = 5.0, anneal_updates: int = 0) -> float:
+    """Temperature of the head-selection Gumbel-sigmoid after ``update`` completed updates
+    (specs/variants.md §2.3 "Temperature"): τ(u) = max(τ_end, τ_start · (τ_end / τ_start)^(u / U)),
+    a geometric decay from ``tau_start`` to ``tau_end`` over U = ``anneal_updates`` updates, then
+    constant (U = 0: ``tau_end`` at once). The default τ_start = τ_end = 5 is the seed's public code
+    (constant). With the hard straight-through estimator τ only scales the gradient of the logits:
+    which heads are sampled does not depend on it."""
+    if anneal_updates <= 0 or tau_start == tau_end:
+        return float(tau_end)
+    return max(float(tau_end), tau_start * (tau_end / tau_start) ** (update / anneal_updates))
+
+
+@dataclass
+class HeadSelectionTraining:
+    """What the training loop needs for head-selection models (specs/variants.md §2.3): the τ
+    schedule (:func:`head_selection_tau`) and the KL weight λ, a float for every side and task or
+    ``{side: [λ per task]}`` (``S2TTransformer.elbo_kl_weights`` for ``kl_weight: elbo``). Default λ
+    0: the KL is computed and logged (``train/kl``) but not optimised, as in the seed's recipe."""
+
+    tau_start: float = 5.0
+    tau_end: float = 5.0
+    anneal_updates: int = 0
+    kl_weight: float | dict[str, list[float]] = 0.0
+
+    def tau(self, update: int) -> float:
+        return head_selection_tau(update, self.tau_start, self.tau_end, self.anneal_updates)

@@ -48,14 +48,14 @@ def test_dataset_concatenates_pairs_with_task_ids_and_tags(prepared: Path) -> No
     assert len(ds) == sum(len(d) for d in per_pair.values())
     n_de = len(per_pair["en-de"])
     assert ds.task_ids == [0] * n_de + [1] * len(per_pair["en-es"])
-    assert ds.bos_ids == [4] * n_de + [5] * len(per_pair["en-es"])
+    assert ds.start_ids == [4] * n_de + [5] * len(per_pair["en-es"])
     assert ds.indices_of("en-es") == list(range(n_de, len(ds)))
     # features come from each pair's own prepared folder
     assert torch.equal(ds.features(n_de), per_pair["en-es"].features(0))
     assert ds.reference(n_de) == per_pair["en-es"].reference(0)
     # a subset keeps the task ids of the joint vocabulary
     only_es = MultiSpeechDataset(prepared / "prepared", ["en-es"], "dev", prepared / "prepared_multi")
-    assert set(only_es.task_ids) == {1} and set(only_es.bos_ids) == {5}
+    assert set(only_es.task_ids) == {1} and set(only_es.start_ids) == {5}
 
 
 def test_collate_starts_with_the_tag_and_fills_the_task(prepared: Path) -> None:
@@ -66,7 +66,7 @@ def test_collate_starts_with_the_tag_and_fills_the_task(prepared: Path) -> None:
     assert b.task.tolist() == [ds.task_ids[i] for i in indices] and set(b.task.tolist()) == {0, 1}
     for row, i in enumerate(indices):
         n = len(ds.targets[i])
-        assert b.prev_tokens[row, 0] == ds.bos_ids[i]  # the tag, not eos
+        assert b.prev_tokens[row, 0] == ds.start_ids[i]  # the tag, not eos
         assert b.prev_tokens[row, 1:n].tolist() == ds.targets[i][:-1]
         assert b.target[row, :n].tolist() == ds.targets[i] and ds.targets[i][-1] == EOS_ID  # no loss on the tag
     assert b.to("cpu").task.tolist() == b.task.tolist()
