@@ -36,8 +36,10 @@ sys.path.insert(0, str(ROOT))
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config  # noqa: E402
 from lib.model.spec import smoothing_model_specs  # noqa: E402
 from lib.params import load_params  # noqa: E402
-from lib.precision import autocast, resolve_amp  # noqa: E402
-from lib.train.objectives import label_smoothed_nll_loss  # noqa: E402
+from lib.precision import resolve_amp  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from train_throughput import step_time  # noqa: E402  (forward + backward + Adam, median after 2 warm-ups)
 
 # One training-step measurement of the plain model, run inside a given source tree (argv[1]).
 PLAIN_STEP = r"""
@@ -86,23 +88,6 @@ t0 = time.perf_counter()
 translate_dataset(model.eval(), ds, 20000, cfg, "cpu", progress=False, amp=amp)
 print(len(ds) / (time.perf_counter() - t0))
 """
-
-
-def step_time(model: torch.nn.Module, batch: tuple, reps: int, amp: str) -> float:
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    feats, lengths, prev, target = batch
-    times = []
-    for i in range(reps + 2):
-        t0 = time.perf_counter()
-        with autocast(torch.device("cpu"), amp):
-            logits = model(feats, lengths, prev)
-        loss, _ = label_smoothed_nll_loss(logits.float(), target, 0.1, 1)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if i >= 2:  # warm-up
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def configs(overrides: dict) -> dict[str, dict]:

@@ -8,26 +8,17 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from lib import layout
 from lib.layout import RunPaths
 from lib.params import MultiParams
+from lib.report.tables import mean_std, read_json
 
 # Seed 004's Table 4 (multilingual ST on mTEDx, AVG-A BLEU): deltas vs its shared H = 4 baseline.
 PAPER_TABLE4 = {"baseline": 13.2, "baseline_h8": 13.7, "group": 15.2, "subset": 13.3}
 SYSTEM_NAMES = {"baseline": "H heads, tag only", "subset": "subset selection", "group": "group selection",
                 "baseline_h8": "H' heads, no selection"}
-
-
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def _read(path: Path, producer: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (written by the {producer} stage)")
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequence[int]) -> tuple[str, dict]:
@@ -40,8 +31,8 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
         runs = []
         for seed in mp.seeds:
             run = RunPaths(root, "multi", None, seed, variant=system)
-            m = _read(run.metrics, f"train_multi@{system}-{seed}")
-            speed = _read(run.decoded / "timing.json", f"train_multi@{system}-{seed}")
+            m = read_json(run.metrics, f"train_multi@{system}-{seed}")
+            speed = read_json(run.decoded / "timing.json", f"train_multi@{system}-{seed}")
             runs.append({"metrics": m, "speed": speed["decode_sents_per_s"]})
         rows[system] = runs
     bilingual = {}
@@ -56,11 +47,11 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
     for system, runs in rows.items():
         cells = []
         for pair in pairs:
-            m, s = _mean_std([r["metrics"][pair]["bleu"] for r in runs])
+            m, s = mean_std([r["metrics"][pair]["bleu"] for r in runs])
             cells.append(f"{m:.2f} ± {s:.2f}")
             flat[f"multi/{system}/{pair}/bleu"] = round(m, 2)
-        am, as_ = _mean_std([r["metrics"]["avg_bleu"] for r in runs])
-        cm, _ = _mean_std([r["metrics"]["avg_chrf"] for r in runs])
+        am, as_ = mean_std([r["metrics"]["avg_bleu"] for r in runs])
+        cm, _ = mean_std([r["metrics"]["avg_chrf"] for r in runs])
         flat[f"multi/{system}/avg_bleu"] = round(am, 2)
         flat[f"multi/{system}/avg_bleu_std"] = round(as_, 2)
         flat[f"multi/{system}/avg_chrf"] = round(cm, 2)

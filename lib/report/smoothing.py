@@ -6,7 +6,6 @@ metrics/variants/smoothing/<system>/<pair>/seed<k>.json, the decoded test sets a
 metrics. No torch (matplotlib only when there is something to plot)."""
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any, Sequence
@@ -15,6 +14,7 @@ from lib.decode.metrics import paired_bootstrap
 from lib.layout import TEST_SPLIT, RunPaths, variant_figure
 from lib.model.config import smoothing_layers
 from lib.params import SmoothingParams
+from lib.report.tables import mean_std, read_json, read_lines
 
 # The seed's qualitative claims (specs/variants.md §1.1); its only numbers are relative WER gains.
 SEED_CLAIMS = {
@@ -26,22 +26,6 @@ SEED_CLAIMS = {
     "Q6": "vanilla self-attention is sharply peaked on the diagonal; recursive smoothing makes it less peaky",
 }
 SEED_NUMBERS = "relative WER gains of up to 2.9 % (LibriSpeech 100 h) and 7.9 % (WSJ) over a vanilla Transformer"
-
-
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def _read(path: Path, producer: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (written by the {producer} stage)")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (written by the stage that trained and decoded the run)")
-    return path.read_text(encoding="utf-8").splitlines()
 
 
 def smoothed_layers(definition: dict, n_layers: int) -> list[int]:
@@ -61,7 +45,7 @@ def collect(root: Path, sp: SmoothingParams, pair: str) -> dict[str, Any]:
     the per-layer attention statistics. FileNotFoundError / ValueError name the file."""
     base_bleu, base_chrf = [], []
     for seed in sp.seeds:
-        m = _read(RunPaths(root, "baseline", pair, seed).metrics, f"train_baseline@{pair}-{seed}")
+        m = read_json(RunPaths(root, "baseline", pair, seed).metrics, f"train_baseline@{pair}-{seed}")
         base_bleu.append(float(m["bleu"]))
         base_chrf.append(float(m["chrf"]))
     systems: dict[str, dict[str, Any]] = {}
@@ -69,12 +53,12 @@ def collect(root: Path, sp: SmoothingParams, pair: str) -> dict[str, Any]:
         rows = []
         for seed in sp.seeds:
             run = RunPaths(root, "smoothing", pair, seed, variant=name)
-            m = _read(run.metrics, f"train_smoothing@{name}-{pair}-{seed}")
+            m = read_json(run.metrics, f"train_smoothing@{name}-{pair}-{seed}")
             base = RunPaths(root, "baseline", pair, seed)
-            refs = _lines(base.refs(TEST_SPLIT))
-            if _lines(run.refs(TEST_SPLIT)) != refs:
+            refs = read_lines(base.refs(TEST_SPLIT))
+            if read_lines(run.refs(TEST_SPLIT)) != refs:
                 raise ValueError(f"{run.refs(TEST_SPLIT)} differs from {base.refs(TEST_SPLIT)}: not the same test set")
-            hyps, base_hyps = _lines(run.hyps(TEST_SPLIT)), _lines(base.hyps(TEST_SPLIT))
+            hyps, base_hyps = read_lines(run.hyps(TEST_SPLIT)), read_lines(base.hyps(TEST_SPLIT))
             for path, h in ((run.hyps(TEST_SPLIT), hyps), (base.hyps(TEST_SPLIT), base_hyps)):
                 if len(h) != len(refs):
                     raise ValueError(f"{path}: {len(h)} hypotheses for {len(refs)} references")
@@ -92,8 +76,8 @@ def _per_layer_mean(rows: Sequence[dict], key: str) -> list[float]:
 def table_markdown(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
     """(Markdown table, flat summary keys ``<pair>/smooth_<system>/<metric>``) of one pair."""
     pair = data["pair"]
-    bm, bs = _mean_std(data["baseline_bleu"])
-    cm, cs = _mean_std(data["baseline_chrf"])
+    bm, bs = mean_std(data["baseline_bleu"])
+    cm, cs = mean_std(data["baseline_chrf"])
     lines = ["| system | definition | BLEU (mean ± std) | chrF | Δ BLEU vs baseline | paired bootstrap p (per seed) | "
              "diag weight: system / baseline | row entropy (nats): system / baseline | learned |",
              "|---|---|---|---|---|---|---|---|---|",
@@ -103,8 +87,8 @@ def table_markdown(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
         rows = sysd["runs"]
         bleu = [float(r["metrics"]["bleu"]) for r in rows]
         chrf = [float(r["metrics"]["chrf"]) for r in rows]
-        sm, ss = _mean_std(bleu)
-        sc, _ = _mean_std(chrf)
+        sm, ss = mean_std(bleu)
+        sc, _ = mean_std(chrf)
         diag, bdiag = _per_layer_mean(rows, "attn_diag"), _per_layer_mean(rows, "baseline_attn_diag")
         ent, bent = _per_layer_mean(rows, "attn_entropy"), _per_layer_mean(rows, "baseline_attn_entropy")
         layers = smoothed_layers(sysd["definition"], len(diag))

@@ -19,6 +19,18 @@ from lib.paper import MAIN_DIAGONAL as PAPER_MAIN_DIAGONAL
 from lib.paper import TABLE2 as PAPER_TABLE2
 
 
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1) over seeds; 0 for a single seed."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def read_json(path: Path, producer: str) -> dict:
+    """A pipeline output's JSON; FileNotFoundError naming the file and the stage that writes it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (written by the {producer} stage)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 @dataclass
 class SystemScores:
     pair: str
@@ -29,8 +41,7 @@ class SystemScores:
 
     @staticmethod
     def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-        # Sample standard deviation (n - 1) over seeds; 0 for a single seed.
-        return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+        return mean_std(values)
 
     @property
     def bleu_mean_std(self) -> tuple[float, float]:
@@ -54,7 +65,7 @@ def load_scores(root: Path, pair: str, system: str, seeds: Sequence[int]) -> Sys
     return SystemScores(pair, system, list(seeds), bleu, chrf)
 
 
-def _lines(path: Path) -> list[str]:
+def read_lines(path: Path) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing (written by the stage that trained and decoded the run)")
     return path.read_text(encoding="utf-8").splitlines()
@@ -67,13 +78,13 @@ def significance(root: Path, pair: str, seeds: Sequence[int], split: str = TEST_
     out = []
     for seed in seeds:
         runs = {system: RunPaths(root, system, pair, seed) for system in ST_SYSTEMS}
-        refs = _lines(runs["baseline"].refs(split))
-        if _lines(runs["local"].refs(split)) != refs:
+        refs = read_lines(runs["baseline"].refs(split))
+        if read_lines(runs["local"].refs(split)) != refs:
             raise ValueError(f"{runs['local'].refs(split)} differs from {runs['baseline'].refs(split)}: "
                              f"the two systems were not decoded on the same test set")
         hyps = {}
         for system, paths in runs.items():
-            hyps[system] = _lines(paths.hyps(split))
+            hyps[system] = read_lines(paths.hyps(split))
             if len(hyps[system]) != len(refs):
                 raise ValueError(f"{paths.hyps(split)}: {len(hyps[system])} hypotheses for {len(refs)} references")
         res = paired_bootstrap(hyps["baseline"], hyps["local"], refs, n_samples=n_samples)
