@@ -1,16 +1,26 @@
-"""Training update time on the pipeline's real batches, fp32 against the default precision (`amp:
-auto`, bf16 autocast where the CPU has it), side by side in one run: the ASR batches
-(`train_asr.max_frames`, English targets, CTC weight `train_asr.ctc_weight`) and the ST batches
-(`train_st.max_frames`), both from the prepared en-de training data, the demo model with
-params.yaml's `model.overrides`. Unlike train_throughput.py's fixed 20 x 300 batch, this is what
-the pipeline's training stages actually run (SpecAugment off, same batches for both precisions).
+"""Training update time on the pipeline's real batches: fp32 with the for-loop Adam (the pipeline
+before fused Adam and the measured `amp: auto`), fp32 with fused Adam, bf16 autocast with fused
+Adam (and, with `--compile`, fp32 + fused Adam under `torch.compile`), each row in its own
+process over the same batches in the same order; which row `amp: auto` picks on this machine
+(`lib.precision.resolve_train_amp`); then beam-5 decoding of tst-COMMON in fp32 and in bf16, each
+in its own process. The ASR batches (`train_asr.max_frames`, CTC weight `train_asr.ctc_weight`)
+and the ST batches (`train_st.max_frames`) come from the prepared en-de training data; the demo
+model with params.yaml's `model.overrides`; SpecAugment off.
 
-    python benchmarks/train_real_batches.py [--updates 30] [--pair en-de]
+One process per row because that is how the pipeline runs, and because oneDNN compiles a bf16
+kernel per new shape and caches it for the process: a second bf16 row in the same process, or
+batches repeated, would run on warm kernels that a real run (new batch shapes every update) never
+has (measured on a 2-core Xeon with AMX: ST batches seen before, bf16 1.16x faster than fp32;
+new ones, 0.9x).
+
+    python benchmarks/train_real_batches.py [--updates 30] [--pair en-de] [--compile]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,47 +33,113 @@ sys.path.insert(0, str(ROOT))
 from lib.data.dataset import SpeechDataset, batch_by_frames, collate  # noqa: E402
 from lib.model.s2t_transformer import S2TTransformer, model_config  # noqa: E402
 from lib.params import load_params  # noqa: E402
-from lib.precision import autocast, resolve_amp  # noqa: E402
+from lib.precision import PROBE_BATCHES, autocast, resolve_amp, resolve_train_amp  # noqa: E402
 from lib.train.loop import Criterion  # noqa: E402
 
+ROWS = {"fp32, Adam for-loop": ("none", False, False), "fp32, fused Adam": ("none", True, False),
+        "bf16, fused Adam": ("bf16", True, False), "fp32, fused Adam, torch.compile": ("none", True, True)}
 
-def update_times(task: str, cfg, p, pair: str, amp: str, n: int) -> list[float]:
+
+def _data(task: str, pair: str):
+    p = load_params(ROOT / "params.yaml")
+    cfg = p.train_asr if task == "asr" else p.train_st
     ds = SpeechDataset(ROOT / p.data.prepared_dir / pair, "train", task, max_frames=cfg.max_frames_train)
-    batches = [collate(ds, idx) for idx in batch_by_frames(ds.n_frames, cfg.max_frames, shuffle=True, seed=1)[:n + 3]]
-    torch.manual_seed(0)
     mcfg = model_config(p.model.size, vocab_size=ds.vocab_size,
                         ctc_vocab_size=ds.vocab_size if cfg.ctc_weight > 0 else None, **p.model.overrides)
+    return p, cfg, ds, mcfg
+
+
+def one_row(task: str, pair: str, row: str, n: int) -> dict[str, float]:
+    """In this process: mean ms per update over ``n`` updates after 3 warm-up ones (first-update seconds too)."""
+    p, cfg, ds, mcfg = _data(task, pair)
+    amp, fused, comp = ROWS[row]
+    batches = [collate(ds, idx) for idx in batch_by_frames(ds.n_frames, cfg.max_frames, shuffle=True, seed=1)[:n + 3]]
+    torch.manual_seed(0)
     model = S2TTransformer(mcfg).train()
-    criterion = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    crit = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
+    fwd = torch.compile(crit, dynamic=True) if comp else crit
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=fused or None)
     times = []
-    for i, b in enumerate(batches):
+    for b in batches:
         t0 = time.perf_counter()
         with autocast(torch.device("cpu"), amp):
-            loss, _ = criterion(b)
+            loss, _ = fwd(b)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if i >= 3:  # warm-up
-            times.append(time.perf_counter() - t0)
-    return times
+        times.append(time.perf_counter() - t0)
+    return {"ms": 1e3 * statistics.mean(times[3:]), "first_s": times[0]}
+
+
+def one_decode(pair: str, amp: str) -> dict[str, float]:
+    from lib.decode.beam_search import BeamSearchConfig, translate_dataset
+    from lib.model.s2t_transformer import ModelConfig
+    from lib.train import checkpoint as ckpt
+
+    p = load_params(ROOT / "params.yaml")
+    state = ckpt.load(ROOT / "runs/baseline" / pair / "seed1/model.pt")
+    model = S2TTransformer(ModelConfig.from_dict(state["model_config"])).eval()
+    model.load_state_dict(state["model"])
+    ds = SpeechDataset(ROOT / p.data.prepared_dir / pair, "tst-COMMON", "st")
+    d = p.decode
+    cfg = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
+    t0 = time.perf_counter()
+    translate_dataset(model, ds, d.batch_frames, cfg, "cpu", progress=False, amp=amp)
+    return {"s": time.perf_counter() - t0, "sentences": len(ds), "beam": d.beam}
+
+
+def child(args: list[str]) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--pair", default="en-de")
+    ap.add_argument("--compile", action="store_true", help="add a torch.compile row (compiles for about a minute)")
+    ap.add_argument("--row", help=argparse.SUPPRESS)
+    ap.add_argument("--task", help=argparse.SUPPRESS)
+    ap.add_argument("--decode", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    p = load_params(ROOT / "params.yaml")
-    default = resolve_amp("auto", torch.device("cpu"))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; default precision (amp: auto): {default}; "
-          f"{args.updates} updates per row after 3 warm-up updates, same batches for both precisions")
-    print(f"{'batches':<34} {'fp32 ms/upd':>12} {default + ' ms/upd':>12} {'speed-up':>9}")
-    for task, cfg in (("asr", p.train_asr), ("st", p.train_st)):
-        fp32 = statistics.mean(update_times(task, cfg, p, args.pair, "none", args.updates))
-        fast = statistics.mean(update_times(task, cfg, p, args.pair, default, args.updates))
-        label = f"{task.upper()} (max_frames {cfg.max_frames}, ctc {cfg.ctc_weight})"
-        print(f"{label:<34} {fp32 * 1e3:>12.1f} {fast * 1e3:>12.1f} {fp32 / fast:>8.2f}x")
+    if args.row:
+        print(json.dumps(one_row(args.task, args.pair, args.row, args.updates)))
+        return
+    if args.decode:
+        print(json.dumps(one_decode(args.pair, args.decode)))
+        return
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.updates} updates per row after 3 "
+          f"warm-up updates, the same {args.pair} batches in the same order, one process per row")
+    rows = [r for r in ROWS if args.compile or "compile" not in r]
+    for task in ("asr", "st"):
+        p, cfg, ds, mcfg = _data(task, args.pair)
+        default = resolve_train_amp("auto", torch.device("cpu"), mcfg.to_dict(), cfg.max_frames,
+                                    ctc_weight=cfg.ctc_weight, data_id=f"benchmark:{args.pair}:{task}",
+                                    probe_batches=lambda: [collate(ds, idx) for idx in batch_by_frames(
+                                        ds.n_frames, cfg.max_frames, shuffle=True)[:PROBE_BATCHES]])
+        res = {r: child(["--row", r, "--task", task, "--pair", args.pair, "--updates", str(args.updates)])
+               for r in rows}
+        base = res["fp32, Adam for-loop"]["ms"]
+        print(f"\n{task.upper()} batches (max_frames {cfg.max_frames}, ctc {cfg.ctc_weight}); "
+              f"amp: auto picks {'bf16' if default == 'bf16' else 'fp32'} on this machine")
+        print(f"  {'row':<34} {'ms/update':>10} {'vs fp32 for-loop':>17}")
+        for r in rows:
+            mark = "  <- the default" if r == ("bf16, fused Adam" if default == "bf16" else "fp32, fused Adam") else ""
+            print(f"  {r:<34} {res[r]['ms']:>10.1f} {base / res[r]['ms']:>16.2f}x{mark}")
+            if "compile" in r:
+                print(f"  (torch.compile: the first update, compiling, took {res[r]['first_s']:.1f} s)")
+    if not (ROOT / "runs/baseline" / args.pair / "seed1/model.pt").is_file():
+        print("\ndecoding: no trained model at runs/baseline/<pair>/seed1/model.pt (run `dvc repro train_baseline`)")
+        return
+    dec = {amp: child(["--decode", amp, "--pair", args.pair]) for amp in ("none", "bf16")}
+    n = dec["none"]["sentences"]
+    print(f"\ndecoding runs/baseline/{args.pair}/seed1/model.pt, {n} tst-COMMON sentences, beam {dec['none']['beam']}, "
+          f"one process each; amp: auto decodes in {resolve_amp('auto', torch.device('cpu'))}")
+    for amp, r in dec.items():
+        print(f"  {'fp32' if amp == 'none' else amp:<6} {r['s']:6.2f} s  {n / r['s']:6.1f} sentences/s")
+    print(f"  bf16 over fp32: {dec['none']['s'] / dec['bf16']['s']:.2f}x")
 
 
 if __name__ == "__main__":

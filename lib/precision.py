@@ -1,8 +1,39 @@
 """Mixed precision: which one a run uses (``amp`` param) and the autocast context for it.
 
 Shared by training (lib/train/loop.py) and decoding (lib/decode/beam_search.py).
+
+``amp: auto`` on a CPU with native bf16 (AVX-512 BF16 or AMX) resolves per phase:
+
+* decoding: bf16 (beam-5 decoding measured 1.24x faster on a 2-core AMD EPYC, 1.56x on a 2-core
+  Intel Xeon with AMX: ``benchmarks/train_throughput.py``);
+* training: *measured* on this machine, once, and cached (:func:`resolve_train_amp`). bf16
+  autocast made a demo training step 1.66-1.74x faster on the AMD EPYC but 3-13 % *slower* on
+  the Intel Xeon with AMX (oneDNN's bf16 matmuls on the demo's small shapes, plus the casts;
+  ``benchmarks/train_real_batches.py``), so a CPU-flag rule cannot pick the faster one. The probe
+  times training steps of the run's own model on its first training batches in both precisions,
+  each batch shape new to each precision as in a real run (oneDNN compiles and caches a bf16
+  kernel per shape: repeated or synthetic equal-length batches flatter bf16), keeps
+  bf16 only when it is at least 10 % faster (fp32 is the more accurate one, so it wins ties and
+  near-ties: the probe's run-to-run noise is a few per cent).
+  The answer is cached under ``~/.cache/locality-st/precision/`` (``LOCALITY_ST_CACHE`` moves
+  it), keyed by CPU model, torch version, thread count, model and batch size, so every run on a
+  machine gets the same answer: same seed, same machine, same metrics. Runs record the precision
+  they used in their metrics (``precision``, ``decode_precision``) and in their checkpoint's
+  fingerprint, so a run never resumes in another precision.
 """
 from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
@@ -47,3 +78,117 @@ def autocast(device: torch.device, amp: str):
     """``torch.autocast`` for a resolved ``amp`` (``none`` -> disabled)."""
     dtype = AMP_DTYPES[amp]
     return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
+BF16_MIN_SPEEDUP = 1.10  # bf16 must beat fp32 by this factor to be chosen for training (10 %: clearly, not by noise)
+PROBE_BATCHES = 9  # distinct training batches of the probe: 1 warm-up + 2 x 4 timed, per precision
+
+
+def cache_dir() -> Path:
+    """Where machine-level measurements are kept (``LOCALITY_ST_CACHE`` or ~/.cache/locality-st)."""
+    return Path(os.environ.get("LOCALITY_ST_CACHE") or Path.home() / ".cache" / "locality-st")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def probe_step_times(model_config: dict[str, Any], batches: list, ctc_weight: float = 0.0) -> dict[str, float]:
+    """Mean seconds of one training step (forward, backward, fused Adam) of a fresh model built from
+    ``model_config`` (``ModelConfig.to_dict()``) on ``batches`` (collated ``Batch``es of the run's
+    own training data, all different), in fp32 (``none``) and bf16 autocast.
+
+    Measured as a run experiences it: every precision sees every batch shape once. oneDNN builds
+    a bf16 kernel per new shape and caches it, so repeating batches flatters bf16 (on a 2-core
+    Xeon with AMX, ST batches seen before: bf16 1.16x faster than fp32; new batches, as in a
+    real run: 0.9x). ``batches[0]`` warms up both precisions; the rest are split in two halves,
+    each timed fp32 then bf16, so slow drift of the machine hits both. Runs under
+    ``torch.random.fork_rng``: the caller's RNG state is untouched."""
+    from lib.model.s2t_transformer import ModelConfig, S2TTransformer
+    from lib.train.loop import Criterion
+
+    if len(batches) < 3:
+        raise ValueError(f"the precision probe needs at least 3 training batches, got {len(batches)}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        base = S2TTransformer(ModelConfig(**model_config)).train()
+        models = {amp: copy.deepcopy(base) for amp in ("none", "bf16")}
+        crits = {amp: Criterion(m, 0.1, ctc_weight) for amp, m in models.items()}
+        opts = {amp: torch.optim.Adam(m.parameters(), lr=1e-5, fused=True) for amp, m in models.items()}
+        totals = {"none": 0.0, "bf16": 0.0}
+        half = (len(batches) - 1) // 2
+        blocks = [batches[:1], batches[1:1 + half], batches[1 + half:1 + 2 * half]]
+        for k, block in enumerate(blocks):
+            for amp in ("none", "bf16"):
+                for batch in block:
+                    t0 = time.perf_counter()
+                    with autocast(torch.device("cpu"), amp):
+                        loss, _ = crits[amp](batch)
+                    opts[amp].zero_grad()
+                    loss.backward()
+                    opts[amp].step()
+                    if k > 0:  # block 0 is the warm-up
+                        totals[amp] += time.perf_counter() - t0
+    return {amp: t / (2 * half) for amp, t in totals.items()}
+
+
+def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, Any], max_frames: int,
+                      probe_batches: Callable[[], list], ctc_weight: float = 0.0, data_id: str = "") -> str:
+    """The precision a training run uses: :func:`resolve_amp`, except ``auto`` on a CPU with native
+    bf16, which is measured (:func:`probe_step_times` on ``probe_batches()``, a few of the run's
+    training batches; ``data_id`` names that data in the cache key) once per machine, model,
+    data and batch size and cached (module docstring): ``bf16`` when it is at least
+    ``BF16_MIN_SPEEDUP`` x faster, else ``none``. The choice and its figures go to stderr."""
+    resolved = resolve_amp(amp, device)
+    if amp != "auto" or device.type != "cpu" or resolved != "bf16":
+        return resolved
+    ident = {"cpu": _cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+             "model": model_config, "max_frames": int(max_frames),
+             "ctc_weight": float(ctc_weight), "data": data_id}
+    key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_dir() / "precision" / f"train-{key}.json"
+    try:
+        cached = json.loads(path.read_text(encoding="utf-8"))
+        if cached.get("ident") == ident and cached.get("choice") in ("none", "bf16"):
+            print(f"precision (amp: auto, training): {cached['choice']}, measured on this machine before "
+                  f"(fp32 {cached['fp32_ms']:.0f} ms vs bf16 {cached['bf16_ms']:.0f} ms per step; {path})",
+                  file=sys.stderr)
+            return cached["choice"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    # One measurement per machine even when runs start in parallel (the 5-seed sweep): the first
+    # holds the lock and measures, the others wait and read its answer.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        with contextlib.suppress(ImportError, OSError):
+            import fcntl
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                cached = json.loads(path.read_text(encoding="utf-8"))
+                if cached.get("ident") == ident and cached.get("choice") in ("none", "bf16"):
+                    return cached["choice"]
+        print("precision (amp: auto, training): timing fp32 and bf16 training steps on this CPU (once per "
+              "machine, model, data and batch size) ...", file=sys.stderr)
+        batches = probe_batches()
+        if len(batches) < 3:  # a toy training set: nothing to measure, keep the CPU-flag answer
+            print(f"precision (amp: auto, training): bf16 (only {len(batches)} training batches: too few to "
+                  "measure; not cached)", file=sys.stderr)
+            return "bf16"
+        t = probe_step_times(model_config, batches, ctc_weight)
+        choice = "bf16" if t["none"] >= BF16_MIN_SPEEDUP * t["bf16"] else "none"
+        record = {"ident": ident, "choice": choice, "fp32_ms": 1e3 * t["none"], "bf16_ms": 1e3 * t["bf16"],
+                  "min_speedup": BF16_MIN_SPEEDUP}
+        from lib.io import atomic_write_json
+        atomic_write_json(path, record)
+    print(f"precision (amp: auto, training): {choice} (fp32 {record['fp32_ms']:.0f} ms vs bf16 "
+          f"{record['bf16_ms']:.0f} ms per step, {t['none'] / t['bf16']:.2f}x; bf16 needs >= {BF16_MIN_SPEEDUP}x; "
+          f"cached in {path})", file=sys.stderr)
+    return choice

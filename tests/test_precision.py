@@ -29,3 +29,77 @@ def test_autocast_context_matches_the_precision():
         assert (x @ x).dtype == torch.bfloat16
     with precision.autocast(torch.device("cpu"), "none"):
         assert (x @ x).dtype == torch.float32
+
+
+# --- amp: auto for training: measured once per machine, model and data, then cached -------------
+
+def _three() -> list[int]:
+    return [0, 1, 2]  # stands for three training batches (the fake probe never looks at them)
+
+
+def _fake_probe(monkeypatch, fp32: float, bf16: float) -> list[int]:
+    calls: list[int] = []
+
+    def probe(model_config, batches, ctc_weight=0.0):
+        calls.append(1)
+        return {"none": fp32, "bf16": bf16}
+
+    monkeypatch.setattr(precision, "probe_step_times", probe)
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    return calls
+
+
+def test_train_amp_auto_keeps_bf16_only_when_clearly_faster(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
+    cpu = torch.device("cpu")
+    cfg = {"d_model": 8}
+    _fake_probe(monkeypatch, fp32=0.200, bf16=0.150)
+    assert precision.resolve_train_amp("auto", cpu, cfg, 100, probe_batches=_three, data_id="a") == "bf16"
+    _fake_probe(monkeypatch, fp32=0.200, bf16=0.190)  # 1.05x: within noise, not worth bf16's rounding
+    assert precision.resolve_train_amp("auto", cpu, cfg, 200, probe_batches=_three, data_id="a") == "none"
+    _fake_probe(monkeypatch, fp32=0.150, bf16=0.170)  # slower, as on a 2-core Xeon with AMX
+    assert precision.resolve_train_amp("auto", cpu, cfg, 300, probe_batches=_three, data_id="a") == "none"
+
+
+def test_train_amp_auto_is_cached_per_model_data_and_batch(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
+    cpu = torch.device("cpu")
+    calls = _fake_probe(monkeypatch, fp32=0.200, bf16=0.100)
+    args = dict(probe_batches=_three, data_id="a")
+    assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, 100, **args) == "bf16"
+    assert len(calls) == 1
+    # a later run (another process: the cache is on disk) gets the same answer without measuring,
+    # even if the machine would now measure otherwise
+    calls = _fake_probe(monkeypatch, fp32=0.100, bf16=0.200)
+    assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, 100, **args) == "bf16"
+    assert calls == []
+    assert len(list((tmp_path / "precision").glob("train-*.json"))) == 1
+    # another model, batch size or data is measured on its own
+    assert precision.resolve_train_amp("auto", cpu, {"d_model": 16}, 100, **args) == "none"
+    assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, 200, **args) == "none"
+    assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, 100, probe_batches=_three, data_id="b") == "none"
+    assert len(calls) == 3
+    # a corrupt cache file is measured again, not trusted
+    for f in (tmp_path / "precision").glob("train-*.json"):
+        f.write_text("{not json")
+    assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, 100, **args) == "none"
+    assert len(calls) == 4
+
+
+def test_train_amp_explicit_or_without_native_bf16_is_never_measured(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
+    cpu = torch.device("cpu")
+    calls = _fake_probe(monkeypatch, fp32=0.2, bf16=0.1)
+    assert precision.resolve_train_amp("none", cpu, {}, 100, probe_batches=_three) == "none"
+    assert precision.resolve_train_amp("bf16", cpu, {}, 100, probe_batches=_three) == "bf16"
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    assert precision.resolve_train_amp("auto", cpu, {}, 100, probe_batches=_three) == "none"
+    assert calls == [] and not (tmp_path / "precision").exists()
+
+
+
+def test_train_amp_auto_with_too_few_batches_keeps_the_flag_answer_uncached(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
+    calls = _fake_probe(monkeypatch, fp32=0.1, bf16=0.2)
+    assert precision.resolve_train_amp("auto", torch.device("cpu"), {}, 100, probe_batches=lambda: [0, 1]) == "bf16"
+    assert calls == [] and not list(tmp_path.glob("precision/*.json"))

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from lib import layout
+from lib.data.dataset import batch_by_frames, collate
 from lib.data.multilingual import JOINT_SPM, MultiSpeechDataset, load_tasks
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf
@@ -42,9 +43,9 @@ from lib.io import atomic_write_json, atomic_write_text
 from lib.layout import RunPaths
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import Params
-from lib.precision import resolve_amp
+from lib.precision import PROBE_BATCHES, resolve_amp, resolve_train_amp
 from lib.train import checkpoint as ckpt
-from lib.train.loop import decide_resume, dist_info, train
+from lib.train.loop import OPTIMIZER, decide_resume, dist_info, train
 from lib.train.objectives import HeadSelectionTraining
 from lib.train.run import FINAL_CHECKPOINTS, LIVE_PLOTS, _truncate_live_logs, auto_device, copy_curves, file_digest
 
@@ -204,16 +205,21 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
                                for task in range(len(pairs))])
     hst = HeadSelectionTraining(tau_start=hs.tau_start, tau_end=hs.tau_end, anneal_updates=hs.anneal_updates,
                                 kl_weight=kl_weight) if selecting else None
-    amp = resolve_amp(cfg.amp, device)
+    data_digest = file_digest(*[prepared / pr / "train.tsv" for pr in pairs],
+                              *[prepared / pr / "dev.tsv" for pr in pairs], vocab_dir / JOINT_SPM)
+    amp = resolve_train_amp(cfg.amp, device, mcfg.to_dict(), cfg.max_frames, ctc_weight=cfg.ctc_weight,
+                            data_id=data_digest, probe_batches=lambda: [
+                                collate(train_ds, idx) for idx in
+                                batch_by_frames(train_ds.n_frames, cfg.max_frames, shuffle=True)[:PROBE_BATCHES]])
+    decode_amp = resolve_amp(cfg.amp, device)
     if rank == 0:
-        print(f"precision: {amp}; multilingual system {system!r} over {pairs}, {model.num_parameters():,} params",
+        print(f"precision: training {amp}, decoding {decode_amp}; multilingual system {system!r} over {pairs}, {model.num_parameters():,} params",
               file=sys.stderr)
     run_config = {
         "task": "st_multi", "system": system, "model": mcfg.to_dict(), "init_encoder": file_digest(init_path),
         "precision": amp, "world_size": world, "pairs": pairs,
         "head_selection": dataclasses.asdict(hs) if selecting else None,
-        "data": file_digest(*[prepared / pr / "train.tsv" for pr in pairs], *[prepared / pr / "dev.tsv" for pr in pairs],
-                            vocab_dir / JOINT_SPM),
+        "optimizer": OPTIMIZER, "data": data_digest,
     }
     d = p.decode
     dev_cfg = BeamSearchConfig(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
@@ -224,7 +230,7 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
     def evaluate(m: torch.nn.Module) -> dict[str, float]:
         scores = []
         for view in dev_views.values():
-            hyps = translate_dataset(m, view, d.batch_frames, dev_cfg, device, progress=False, amp=amp,
+            hyps = translate_dataset(m, view, d.batch_frames, dev_cfg, device, progress=False, amp=decode_amp,
                                      task=view.task_id, bos=view.start_id)
             scores.append(bleu(hyps, [view.reference(i) for i in range(len(view))]))
         return {"bleu": round(sum(scores) / len(scores), 2)}
@@ -242,7 +248,7 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
                     report=None)
     t0 = time.perf_counter()
     summary = train(model, cfg, train_ds, dev_ds, paths.run_dir, run_config=run_config, evaluate=evaluate,
-                    device=device, progress=progress, live=live, resume=resume, head_selection=hst)
+                    device=device, progress=progress, live=live, resume=resume, head_selection=hst, amp=amp)
     train_seconds = time.perf_counter() - t0
     if rank != 0:
         return {}
@@ -259,7 +265,7 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
     n_sent = 0
     for pr in pairs:
         view = PairView(test_ds, pr)
-        hyps = translate_dataset(model, view, d.batch_frames, test_cfg, device, progress=progress, amp=amp,
+        hyps = translate_dataset(model, view, d.batch_frames, test_cfg, device, progress=progress, amp=decode_amp,
                                  task=view.task_id, bos=view.start_id)
         refs = [view.reference(i) for i in range(len(view))]
         atomic_write_text(paths.hyps(pair=pr), "".join(h + "\n" for h in hyps))
@@ -274,7 +280,7 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
         "avg_chrf": round(sum(metrics[pr]["chrf"] for pr in pairs) / len(pairs), 2),
         "params": model.num_parameters(),
         "selection_changed_fraction": _selection_changed(init_selection, final_selection),
-        "dev_best": summary["best"], "updates": summary["updates"], "precision": amp,
+        "dev_best": summary["best"], "updates": summary["updates"], "precision": amp, "decode_precision": decode_amp,
         "bleu_signature": bleu_signature(),
     })
     atomic_write_json(paths.metrics, metrics)

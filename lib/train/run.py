@@ -34,16 +34,16 @@ from typing import Any
 
 import torch
 
-from lib.data.dataset import SpeechDataset
+from lib.data.dataset import SpeechDataset, batch_by_frames, collate
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf, wer
 from lib.io import atomic_write_json, atomic_write_text
 from lib.layout import RunPaths, windows_json
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config
 from lib.params import Params, TrainConfig
-from lib.precision import resolve_amp
+from lib.precision import PROBE_BATCHES, resolve_amp, resolve_train_amp
 from lib.train import checkpoint as ckpt
-from lib.train.loop import decide_resume, dist_info, train
+from lib.train.loop import OPTIMIZER, decide_resume, dist_info, train
 
 LIVE_PLOTS = Path("plots") / "metrics"  # dvclive's curves inside its folder; copied to RunPaths.curves
 FINAL_CHECKPOINTS = {"avg_last_k": "avg_last_k.pt", "best": "best.pt", "last": "last.pt"}
@@ -151,22 +151,29 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
             model.load_decoder_layers_from(state["model"])
         init_digest = file_digest(spec.init_encoder)
 
-    amp = resolve_amp(cfg.amp, device)
+    data_digest = file_digest(spec.prepared_dir / "train.tsv", spec.prepared_dir / "dev.tsv",
+                              spec.prepared_dir / ("spm_asr.model" if spec.task == "asr" else "spm_st.model"))
+    amp = resolve_train_amp(cfg.amp, device, mcfg.to_dict(), cfg.max_frames, ctc_weight=cfg.ctc_weight,
+                            data_id=data_digest, probe_batches=lambda: [
+                                collate(train_ds, idx) for idx in
+                                batch_by_frames(train_ds.n_frames, cfg.max_frames, shuffle=True)[:PROBE_BATCHES]])
+    decode_amp = resolve_amp(cfg.amp, device)
     if rank == 0:
-        print(f"precision: {amp}" + (f" (amp: auto on {device.type})" if cfg.amp == "auto" else ""), file=sys.stderr)
+        print(f"precision: training {amp}, decoding {decode_amp}"
+              + (f" (amp: auto on {device.type})" if cfg.amp == "auto" else ""), file=sys.stderr)
     run_config = {
         "task": spec.task, "model": mcfg.to_dict(), "init_encoder": init_digest,
         "precision": amp,  # `auto` resolves per machine: never resume a run made in another precision
+        "optimizer": OPTIMIZER,  # fused Adam since 2026-11-24: checkpoints of the for-loop one do not resume
         "world_size": world,  # the data order per process depends on it: resume only with the same
-        "data": file_digest(spec.prepared_dir / "train.tsv", spec.prepared_dir / "dev.tsv",
-                            spec.prepared_dir / ("spm_asr.model" if spec.task == "asr" else "spm_st.model")),
+        "data": data_digest,
     }
     refs_dev = [dev_ds.reference(i) for i in range(min(spec.max_dev_decode, len(dev_ds)))]
     dev_subset = _Subset(dev_ds, spec.max_dev_decode)
 
     def evaluate(m: torch.nn.Module) -> dict[str, float]:
         hyps = translate_dataset(m, dev_subset, spec.decode_batch_frames, spec.dev_decode, device, progress=False,
-                                 amp=amp)
+                                 amp=decode_amp)
         return score(spec.task, hyps, refs_dev)
 
     paths = spec.paths
@@ -189,7 +196,7 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
                     report=None)
     t0 = time.perf_counter()
     summary = train(model, cfg, train_ds, dev_ds, paths.run_dir, run_config=run_config, evaluate=evaluate,
-                    device=device, progress=progress, live=live, resume=resume)
+                    device=device, progress=progress, live=live, resume=resume, amp=amp)
     train_seconds = time.perf_counter() - t0
     if rank != 0:
         return {}
@@ -205,7 +212,7 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
                             "task": spec.task, "pair": spec.pair, "checkpoint": spec.final_checkpoint})
     t1 = time.perf_counter()
     hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress,
-                             amp=amp)
+                             amp=decode_amp)
     decode_seconds = time.perf_counter() - t1
     refs = [test_ds.reference(i) for i in range(len(test_ds))]
     write_decoded(paths, spec.test_split, hyps, refs)
@@ -216,6 +223,7 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
         "sentences": len(hyps),
         "params": model.num_parameters(),
         "precision": amp,
+        "decode_precision": decode_amp,
     }
     if spec.task == "st":
         metrics["bleu_signature"] = bleu_signature()
@@ -357,7 +365,8 @@ def adopt_shared_asr(p: Params, root: Path, pair: str, *, progress: bool = True)
     write_decoded(spec.paths, spec.test_split, hyps, refs)
     metrics = {**score("asr", hyps, refs), "asr_mode": "shared", "trained_on": p.asr.shared_pair,
                "dev_best": shared_metrics.get("dev_best"), "updates": shared_metrics.get("updates"),
-               "sentences": len(hyps), "params": model.num_parameters(), "precision": amp}
+               "sentences": len(hyps), "params": model.num_parameters(),
+               "precision": shared_metrics.get("precision"), "decode_precision": amp}
     atomic_write_json(spec.paths.metrics, metrics)
     atomic_write_json(spec.paths.timing, {"train_seconds": 0.0, "decode_seconds": round(time.perf_counter() - t0, 1)})
     return metrics

@@ -321,3 +321,27 @@ def test_huge_lr_diverges_into_floating_point_error(prepared: Path, tmp_path: Pa
         _driver.run_training(prepared, tmp_path / "huge", train_overrides={
             "lr": 1e30, "warmup_updates": 1, "clip_norm": 1e30, "max_updates": 8, "eval_every": 100,
             "save_every": 100})
+
+
+def test_optimizer_is_fused_adam_and_matches_the_for_loop_one() -> None:
+    """make_optimizer: torch's fused Adam on CPU, the same update as the for-loop Adam up to rounding."""
+    from lib.params import TrainConfig
+    from lib.train.loop import make_optimizer
+
+    torch.manual_seed(0)
+    a = torch.nn.Linear(6, 5)
+    b = torch.nn.Linear(6, 5)
+    b.load_state_dict(a.state_dict())
+    cfg = TrainConfig(lr=1e-2, weight_decay=1e-4)
+    fused = make_optimizer(a, cfg)
+    assert fused.defaults["fused"] is True
+    loop = torch.optim.Adam(b.parameters(), lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay,
+                            foreach=False)
+    x = torch.randn(8, 6)
+    for _ in range(5):
+        for m, opt in ((a, fused), (b, loop)):
+            opt.zero_grad()
+            m(x).square().sum().backward()
+            opt.step()
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6)
