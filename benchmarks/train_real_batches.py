@@ -10,8 +10,8 @@ model with params.yaml's `model.overrides`; SpecAugment off.
 One process per row because that is how the pipeline runs, and because oneDNN compiles a bf16
 kernel per new shape and caches it for the process: a second bf16 row in the same process, or
 batches repeated, would run on warm kernels that a real run (new batch shapes every update) never
-has (measured on a 2-core Xeon with AMX: ST batches seen before, bf16 1.16x faster than fp32;
-new ones, 0.9x).
+has (benchmarks/bf16_shape_cache.py on a 2-core Xeon with AMX: ST batches seen before, bf16
+1.15x faster than fp32; new ones, 0.8-1.0x).
 
     python benchmarks/train_real_batches.py [--updates 30] [--pair en-de] [--compile]
 """
