@@ -29,6 +29,8 @@ Per training run (``<run>`` = the path after ``runs/`` above):
     runs/<run>/timing.json                    wall times of the invocation that trained it (a cached
                                               output: an uncached plain output would keep DVC from
                                               saving the stage to its run-cache)
+    runs/asr{_shared,/<pair>}/fork.pt          ASR runs: training state taken asr.fork_updates before    
+                                              the end (local.asr_pretraining: fork), else a placeholder
     runs/<run>/checkpoints/, runs/<run>/live/ resume state and live dvclive logs: NOT DVC outputs
                                               (so DVC neither caches nor deletes them; a killed
                                               stage resumes from them, and the run-cache applies)
@@ -107,6 +109,12 @@ class RunPaths:
     @property
     def timing(self) -> Path:
         return self.run_dir / "timing.json"
+
+    @property
+    def fork_state(self) -> Path:
+        """ASR runs: the training state a ``local.asr_pretraining: fork`` run continues from (a
+        placeholder naming the mode when no fork is taken)."""
+        return self.run_dir / "fork.pt"
 
     @property
     def checkpoints(self) -> Path:

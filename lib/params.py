@@ -308,7 +308,7 @@ class DecodeParams:
                              f"got {self.final_checkpoint!r}")
 
 
-ASR_PRETRAINING = ("shared", "local")
+ASR_PRETRAINING = ("shared", "fork", "local")
 ASR_MODES = ("per_pair", "shared")
 
 
@@ -324,10 +324,16 @@ class AsrParams:
 
     mode: str = "per_pair"
     shared_pair: str = "en-de"
+    # > 0: every ASR run also keeps its training state this many updates before its end
+    # (runs/asr/<pair>/fork.pt), from which local.asr_pretraining: fork finishes it with local
+    # attention; 0: no fork state (a placeholder file).
+    fork_updates: int = 0
 
     def validate(self, prefix: str) -> None:
         if self.mode not in ASR_MODES:
             raise ParamError(f"{prefix}.mode: expected one of {list(ASR_MODES)}, got {self.mode!r}")
+        if self.fork_updates < 0:
+            raise ParamError(f"{prefix}.fork_updates: must be >= 0, got {self.fork_updates}")
         if not PAIR_PATTERN.match(self.shared_pair):
             raise ParamError(f"{prefix}.shared_pair: expected a pair like 'en-de', got {self.shared_pair!r}")
 
@@ -337,8 +343,12 @@ class LocalParams:
     """``local``: the local-attention model (paper: layers 1-3 full, 4-12 local)."""
 
     windows: list[int]  # [] = the windows written by select_windows; else one odd window per local layer
-    # ASR model train_local starts from: "shared" = the baseline's ASR model (train_asr), or "local" =
-    # an ASR model pretrained with the same local-attention spec (stage train_asr_local).
+    # ASR model train_local starts from: "shared" = the baseline's ASR model (train_asr, the paper);
+    # "fork" = that model's own training, forked ``asr.fork_updates`` updates before its end and
+    # finished with the local-attention spec (same data order, schedule, optimizer state and number
+    # of updates as the baseline's ASR model; the attention of the last updates is the only
+    # difference; the fork point is ``asr.fork_updates``); "local" = an ASR model pretrained from
+    # scratch with the local-attention spec.
     asr_pretraining: str = "shared"
 
     def validate(self, prefix: str) -> None:
@@ -622,6 +632,13 @@ class Params:
         if self.asr.mode == "shared" and self.asr.shared_pair not in self.pairs:
             raise ParamError(f"asr.shared_pair: {self.asr.shared_pair!r} is not in pairs {self.pairs} (its English "
                              f"trains the shared ASR model); pick one of them or set asr.mode: per_pair")
+        if self.asr.fork_updates >= self.train_asr.max_updates:
+            raise ParamError(f"asr.fork_updates: {self.asr.fork_updates} must be less than train_asr.max_updates "
+                             f"({self.train_asr.max_updates}): the fork state is taken that many updates before "
+                             f"the ASR training ends")
+        if self.local.asr_pretraining == "fork" and self.asr.fork_updates == 0:
+            raise ParamError("local.asr_pretraining: fork needs asr.fork_updates > 0 (the ASR stages keep their "
+                             "training state that many updates before the end); e.g. -S asr.fork_updates=800")
         # checked only when something runs: `-S seeds=[1]` must not trip over an unused opt-in section
         for i, pair in enumerate(self.smoothing.pairs if self.smoothing.systems else []):
             if pair not in self.pairs:

@@ -9,6 +9,10 @@ tst-COMMON. Resumes from its checkpoints/last.pt when killed.
   ``asr.shared_pair``'s data (runs/asr_shared/); ``train_asr@<pair>`` copies it to runs/asr/<pair>/
   and scores it on the pair's own tst-COMMON (decoding only).
 
+With ``asr.fork_updates`` > 0 the run also keeps its training state that many updates before its
+end (runs/asr_shared/fork.pt, copied to runs/asr/<pair>/fork.pt): train_asr_local
+finishes that training with local attention. Otherwise fork.pt is a placeholder.
+
     python stages/train_asr.py en-de            (or: torchrun --nproc_per_node=N stages/train_asr.py en-de)
     python stages/train_asr.py --shared
 """
@@ -21,7 +25,8 @@ import sys
 from _common import ROOT, run_stage, stage_params
 
 from lib.train.loop import init_distributed
-from lib.train.run import adopt_shared_asr, run, spec_from_params, write_unused_shared_asr
+from lib.train.run import (adopt_shared_asr, asr_fork_at, run, spec_from_params, write_no_fork,
+                           write_unused_shared_asr)
 
 
 def main() -> None:
@@ -44,8 +49,12 @@ def main() -> None:
         print(json.dumps(metrics))
         return
     init_distributed()
-    metrics = run(spec_from_params(p, ROOT, "asr_shared" if args.shared else "asr", args.pair))
+    spec = spec_from_params(p, ROOT, "asr_shared" if args.shared else "asr", args.pair)
+    spec.fork_at = asr_fork_at(p)  # local.asr_pretraining: fork -> keep the state train_asr_local continues
+    metrics = run(spec)
     if metrics:
+        if spec.fork_at is None:
+            write_no_fork(spec.paths)
         print(json.dumps(metrics))
 
 

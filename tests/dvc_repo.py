@@ -30,6 +30,7 @@ TINY = {
     "train_st": TRAIN_TINY,
     "decode": {"beam": 2, "max_len_b": 10, "dev_sentences": 3},
     "analysis": {"samples": 3, "window_samples": 4, "full_layers": 2, "transparency_samples": 1},
+    "asr": {"fork_updates": 1},  # the default local.asr_pretraining: fork, from update 2 of 3
 }
 
 

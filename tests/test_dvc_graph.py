@@ -83,15 +83,22 @@ def test_dvc_yaml_paths_follow_lib_layout() -> None:
     def outs(name: str) -> set[str]:
         return {o.def_path for o in stages[name].outs}
 
+    def deps(name: str) -> set[str]:
+        return {d.def_path for d in stages[name].deps}
+
     def rel(path: Path) -> str:
         return path.relative_to(REPO).as_posix()
 
     def run_outs(run: RunPaths) -> set[str]:
         return {rel(run.model), rel(run.timing), rel(run.decoded), rel(run.metrics), rel(run.curves)}
 
-    assert outs("train_asr_shared") == run_outs(RunPaths(REPO, "asr_shared"))
+    def asr_outs(run: RunPaths) -> set[str]:  # ASR runs also keep a fork state (asr.fork_updates)
+        return run_outs(run) | {rel(run.fork_state)}
+
+    assert outs("train_asr_shared") == asr_outs(RunPaths(REPO, "asr_shared"))
     for pair in p.pairs:
-        assert outs(f"train_asr@{pair}") == run_outs(RunPaths(REPO, "asr", pair))
+        assert outs(f"train_asr@{pair}") == asr_outs(RunPaths(REPO, "asr", pair))
+        assert rel(RunPaths(REPO, "asr", pair).fork_state) in deps(f"train_asr_local@{pair}")
         assert outs(f"train_asr_local@{pair}") == run_outs(RunPaths(REPO, "asr_local", pair))
         for seed in p.seeds:
             assert outs(f"train_baseline@{pair}-{seed}") == run_outs(RunPaths(REPO, "baseline", pair, seed))

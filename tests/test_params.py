@@ -45,6 +45,10 @@ def test_repo_params_load() -> None:
     (lambda p: p["data"].__setitem__("prepared_dir", ""), "data.prepared_dir"),
     (lambda p: p["data"].__setitem__("prepared_dir", "."), "data.prepared_dir"),
     (lambda p: p["local"].__setitem__("asr_pretraining", "full"), "local.asr_pretraining"),
+    (lambda p: p["asr"].__setitem__("fork_updates", 0), "local.asr_pretraining: fork needs asr.fork_updates"),
+    (lambda p: p["asr"].__setitem__("fork_updates", -1), "asr.fork_updates"),
+    (lambda p: p["asr"].__setitem__("fork_updates", p["train_asr"]["max_updates"]),
+     "asr.fork_updates: .* must be less than train_asr.max_updates"),
     (lambda p: p["local"].__setitem__("windows", [4]), "local.windows"),
     # top-level typos stop like typos inside a section (there is no bag of unknown sections)
     (lambda p: p.__setitem__("analysys", p.pop("analysis")), "analysys"),
@@ -151,5 +155,6 @@ def test_profile_and_params_have_the_same_keys() -> None:
 def test_unused_smoothing_section_does_not_constrain_pairs_and_seeds(tmp_path: Path) -> None:
     """With no smoothing system listed, `-S seeds=[1]` or `-S pairs=[en-it]` must still load."""
     p = load_params(_write(tmp_path, lambda d: d.update(seeds=[1], pairs=["en-it"], asr={"mode": "per_pair",
-                                                                                          "shared_pair": "en-de"})))
+                                                                                          "shared_pair": "en-de",
+                                                                                          "fork_updates": 800})))
     assert p.seeds == [1] and p.smoothing.seeds == [1, 2, 3, 4, 5] and p.smoothing.systems == []

@@ -53,6 +53,8 @@ def test_repro_builds_mustc_layout_and_prepared_data(tiny_repo: Path) -> None:
 
 @pytest.mark.slow
 def test_repro_trains_analyses_and_reports(tiny_repo: Path) -> None:
+    import torch
+
     shared_model = (tiny_repo / "runs/asr_shared/model.pt").read_bytes()  # asr.mode: shared (the demo default)
     for pair in TINY["pairs"]:
         asr = json.loads((tiny_repo / "metrics/asr" / f"{pair}.json").read_text())
@@ -77,11 +79,15 @@ def test_repro_trains_analyses_and_reports(tiny_repo: Path) -> None:
         for png in ("fig1_spectrogram_contributions.png", "fig2_diagonality.png", "fig3_ccd_layers.png",
                     "fig4_contributions.png"):
             assert (tiny_repo / "plots/analysis" / pair / png).stat().st_size > 1000
-        # local.asr_pretraining: shared (default) -> train_local starts from a copy of the baseline's ASR
-        shared = json.loads((tiny_repo / "metrics/asr_local" / f"{pair}.json").read_text())
-        assert shared == {**asr, "asr_pretraining": "shared"}
-        assert ((tiny_repo / "runs/asr_local" / pair / "model.pt").read_bytes()
-                == (tiny_repo / "runs/asr" / pair / "model.pt").read_bytes())
+        # local.asr_pretraining: fork (default) -> train_local starts from the shared ASR training, finished
+        # from its fork state (update 2 of 3, on the shared pair's data) with the local-attention spec
+        forked = json.loads((tiny_repo / "metrics/asr_local" / f"{pair}.json").read_text())
+        assert forked["asr_pretraining"] == "fork" and forked["forked_at"] == 2 and forked["trained_on"] == "en-de"
+        assert forked["updates"] == TRAIN_TINY["max_updates"]
+        local_asr = torch.load(tiny_repo / "runs/asr_local" / pair / "model.pt", weights_only=True)
+        assert local_asr["model_config"]["encoder_attention"] == spec
+        fork = torch.load(tiny_repo / "runs/asr" / pair / "fork.pt", weights_only=True)
+        assert fork["run_state"]["update"] == 2
         for model in ("asr", "st"):  # attention health of both models (stages health_asr, health_st)
             health = json.loads((tiny_repo / "metrics/health" / pair / f"{model}.json").read_text())
             assert {"full", "w1", "alg1"} <= set(health["band_test"]) and health["summary"]["heads"] > 0

@@ -71,9 +71,15 @@ def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
         "CPU training); what carries over is the comparison: local attention in layers "
         f"{full + 1}-12 should cost (almost) no BLEU relative to the baseline.\n",
         "\n**ASR initialisation** (`local.asr_pretraining: " + p.local.asr_pretraining + "`): "
-        + ("both systems start from the same ASR model (as in the paper)." if p.local.asr_pretraining == "shared"
-           else "the local model starts from an ASR model pretrained with the same local attention "
-                "(stage `train_asr_local`).")
+        + {"shared": "both systems start from the same ASR model (as in the paper).",
+           "fork": f"the local model starts from the baseline's ASR training, forked {p.asr.fork_updates} "
+                   "updates before its end and finished with the same local attention (stage "
+                   "`train_asr_local`; same data, schedule and optimizer state, so both ASR models had the "
+                   "same number of updates; a demo deviation"
+                   + (f"; under `asr.mode: shared` it trains and is scored on {p.asr.shared_pair}'s data"
+                      if p.asr.mode == "shared" else "") + ").",
+           "local": "the local model starts from an ASR model pretrained with the same local attention "
+                    "(stage `train_asr_local`)."}[p.local.asr_pretraining]
         + " ASR WER (%) on tst-COMMON of each system's ASR model:\n",
         "| pair | baseline ASR | local-system ASR |\n|---|---|---|\n" + "\n".join(asr_rows) + "\n",
         "\n## Attention health (stages health_asr, health_st)\n",

@@ -173,6 +173,9 @@ class Resume:
     fingerprint: str
     config: dict[str, Any]
     state: dict[str, Any] | None = None
+    # ``state`` is another run's fork state (:func:`train`'s ``fork_at``), not this run's last.pt:
+    # start from its weights, optimizer, RNG, data position and update count, with a fresh dev history.
+    fork: bool = False
 
 
 def decide_resume(ckpt_dir: Path, cfg: TrainConfig, run_config: dict[str, Any],
@@ -219,17 +222,20 @@ def _restore(resume: Resume, model: nn.Module, optimizer: torch.optim.Optimizer,
              snap_dir: Path, rank: int, world: int) -> RunState:
     """Load the resumed weights, optimizer, RNG and run state; or, starting from scratch, seed
     this rank's dropout stream and (rank 0) drop the snapshots of an earlier run."""
+    if (resume.state is None or resume.fork) and rank == 0:
+        for old in snap_dir.glob("update_*.pt"):
+            old.unlink()
     if resume.state is None:
         torch.manual_seed(cfg.seed * 7919 + rank)  # dropout stream per rank
-        if rank == 0:
-            for old in snap_dir.glob("update_*.pt"):
-                old.unlink()
         return RunState()
     state = resume.state
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     _set_rng_state(state["rng"][rank] if world > 1 else state["rng"][0])
-    return RunState(**state["run_state"])
+    st = RunState(**state["run_state"])
+    if resume.fork:  # the forked run's own dev history and best model start here
+        st.best, st.history = None, []
+    return st
 
 
 def _gather_rng(world: int) -> list[dict[str, Any]]:
@@ -254,11 +260,36 @@ def _save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Op
     # and rewrites this snapshot identically, whereas the other order would resume past a
     # snapshot that was never written (and avg_last_k.pt would average the wrong updates).
     ckpt.save(snap_dir / f"update_{st.update:07d}.pt", {"model": model.state_dict(), "update": st.update})
-    ckpt.save(ckpt_dir / "last.pt", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                     "run_state": asdict(st), "rng": rngs, "fingerprint": resume.fingerprint,
-                                     "config": resume.config})
+    ckpt.save(ckpt_dir / "last.pt", _training_state(model, optimizer, st, resume, rngs))
     for old in sorted(snap_dir.glob("update_*.pt"))[:-average_last]:
         old.unlink()
+
+
+def _training_state(model: nn.Module, optimizer: torch.optim.Optimizer, st: RunState, resume: Resume,
+                    rngs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Everything a run continues from (last.pt, fork.pt)."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "run_state": asdict(st),
+            "rng": rngs, "fingerprint": resume.fingerprint, "config": resume.config}
+
+
+FORK_FILE = "fork.pt"
+
+
+def _save_fork(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, st: RunState,
+               resume: Resume, rank: int, world: int) -> None:
+    """``<ckpt_dir>/fork.pt``: the run's full state after update ``st.update`` (all ranks call this)."""
+    rngs = _gather_rng(world)
+    if rank == 0:
+        ckpt.save(ckpt_dir / FORK_FILE, _training_state(model, optimizer, st, resume, rngs))
+
+
+def fork_is_valid(ckpt_dir: Path, fingerprint: str, fork_at: int) -> bool:
+    """Whether ``<ckpt_dir>/fork.pt`` is this run's (``fingerprint``) state after update ``fork_at``."""
+    path = Path(ckpt_dir) / FORK_FILE
+    if not path.is_file():
+        return False
+    state = ckpt.load(path)
+    return state.get("fingerprint") == fingerprint and state.get("run_state", {}).get("update") == fork_at
 
 
 def _dev_metrics(model: nn.Module, dev_ds: SpeechDataset, cfg: TrainConfig, device: torch.device, amp: str,
@@ -299,7 +330,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
           run_config: dict[str, Any], evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
           device: torch.device | None = None, progress: bool = True, live: Any = None,
           resume: Resume | None = None, head_selection: HeadSelectionTraining | None = None,
-          amp: str | None = None) -> dict[str, Any]:
+          amp: str | None = None, fork_at: int | None = None) -> dict[str, Any]:
     """Train ``model`` in place; returns the final summary (also left in ``<out>/checkpoints``).
 
     ``run_config`` is everything that defines the run (hyperparameters, model config, data
@@ -314,6 +345,9 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     model before every update, and the KL weight; the KL is logged as ``train/kl`` (per target
     token) for such models whether or not it is optimised. Put it into ``run_config`` too (it
     changes the run). None: τ stays at the modules' default (5.0) and λ = 0.
+    ``fork_at``: also write the full training state after that update to ``checkpoints/fork.pt``
+    (``local.asr_pretraining: fork``: another run continues from it with another attention spec,
+    passed as ``Resume(..., state=<fork.pt>, fork=True)``). It does not change the training.
     """
     cfg.validate()
     rank, world = dist_info()
@@ -331,7 +365,9 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     model.to(device)
     optimizer = make_optimizer(model, cfg)
     st = _restore(resume, model, optimizer, cfg, snap_dir, rank, world)
-    if resume.state is not None:
+    if resume.fork:
+        say(f"started from a fork state at update {st.update}")
+    elif resume.state is not None:
         say(f"resumed from {ckpt_dir / 'last.pt'} at update {st.update}")
     criterion = Criterion(model, cfg.label_smoothing, cfg.ctc_weight,
                           kl_weight=head_selection.kl_weight if head_selection is not None else 0.0)
@@ -414,6 +450,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                 live.next_step()
             if "dev/loss" in row:
                 st.history.append(row)
+            if fork_at is not None and st.update == fork_at:  # before last.pt: a kill in between redoes it
+                _save_fork(ckpt_dir, model, optimizer, st, resume, rank, world)
             if st.update % cfg.save_every == 0 or st.update == cfg.max_updates:
                 _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg.average_last, rank, world)
         if st.group_in_epoch >= len(groups):

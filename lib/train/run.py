@@ -43,7 +43,7 @@ from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config
 from lib.params import Params, TrainConfig
 from lib.precision import PROBE_BATCHES, resolve_amp, resolve_train_amp
 from lib.train import checkpoint as ckpt
-from lib.train.loop import OPTIMIZER, decide_resume, dist_info, train
+from lib.train.loop import FORK_FILE, OPTIMIZER, Resume, decide_resume, dist_info, fork_is_valid, train
 
 LIVE_PLOTS = Path("plots") / "metrics"  # dvclive's curves inside its folder; copied to RunPaths.curves
 FINAL_CHECKPOINTS = {"avg_last_k": "avg_last_k.pt", "best": "best.pt", "last": "last.pt"}
@@ -60,6 +60,8 @@ class RunSpec:
     model_overrides: dict[str, Any] = field(default_factory=dict)
     encoder_attention: list[dict] | None = None
     init_encoder: Path | None = None  # ST: the ASR model.pt
+    fork_at: int | None = None  # also keep the training state after this update (RunPaths.fork_state)
+    start_from: Path | None = None  # a fork state (another run's RunPaths.fork_state) to continue from
     decode: BeamSearchConfig = field(default_factory=BeamSearchConfig)
     dev_decode: BeamSearchConfig = field(default_factory=lambda: BeamSearchConfig(beam=1))
     decode_batch_frames: int = 20000
@@ -121,6 +123,47 @@ class _Subset:
         return self.ds.decode(ids)
 
 
+def _fork_or_restart(resume: Resume, ckpt_dir: Path, fork_at: int) -> Resume:
+    """A run that must leave a fork state after update ``fork_at`` resumes from last.pt only if it is
+    not past that update yet, or if its fork.pt is there: else it restarts (its last.pt was made
+    without a fork, e.g. before ``local.asr_pretraining: fork`` was chosen)."""
+    if resume.state is None or resume.state["run_state"]["update"] < fork_at:
+        return resume
+    if fork_is_valid(ckpt_dir, resume.fingerprint, fork_at):
+        return resume
+    print(f"{ckpt_dir / 'last.pt'}: past update {fork_at} without its fork state ({FORK_FILE}): training again "
+          f"from scratch to keep it", file=sys.stderr)
+    return Resume(fingerprint=resume.fingerprint, config=resume.config)
+
+
+def load_fork_state(path: Path) -> dict[str, Any]:
+    """A fork state written by :func:`run` with ``fork_at`` (RunPaths.fork_state). ValueError names the file."""
+    if not path.is_file():
+        raise ValueError(f"{path}: missing; it is written by the ASR stage (local.asr_pretraining: fork)")
+    state = ckpt.load(path)
+    if "run_state" not in state:
+        raise ValueError(f"{path}: not a fork state ({state.get('unused', 'no training state')}); "
+                         f"rerun the ASR stage with local.asr_pretraining: fork")
+    return state
+
+
+def _start_from_fork(resume: Resume, state: dict[str, Any], path: Path) -> Resume:
+    """``resume`` starting from the fork state ``state`` read from ``path`` (another run's training
+    state: same hyperparameters, data, precision and model shapes; the attention spec may differ).
+    ValueError names the file."""
+    theirs, ours = state.get("config", {}), resume.config
+    differ = sorted(k for k in set(theirs) | set(ours) if k != "model" and theirs.get(k) != ours.get(k))
+    if differ:
+        raise ValueError(f"{path}: made by a run with other settings ({', '.join(differ)} differ); "
+                         f"a fork continues the same training")
+    their_model = {k: v for k, v in theirs.get("model", {}).items() if k != "encoder_attention"}
+    our_model = {k: v for k, v in ours.get("model", {}).items() if k != "encoder_attention"}
+    if their_model != our_model:
+        raise ValueError(f"{path}: made for another model configuration; a fork may change the encoder "
+                         f"attention only")
+    return Resume(fingerprint=resume.fingerprint, config=resume.config, state=state, fork=True)
+
+
 def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     """Train (or resume) and evaluate one model; returns the metrics written to ``metrics_path``."""
     from dvclive import Live
@@ -153,14 +196,19 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
 
     data_digest = file_digest(spec.prepared_dir / "train.tsv", spec.prepared_dir / "dev.tsv",
                               spec.prepared_dir / ("spm_asr.model" if spec.task == "asr" else "spm_st.model"))
-    amp = resolve_train_amp(cfg.amp, device, mcfg.to_dict(), cfg.max_frames, ctc_weight=cfg.ctc_weight,
-                            data_id=data_digest, probe_batches=lambda: [
-                                collate(train_ds, idx) for idx in
-                                batch_by_frames(train_ds.n_frames, cfg.max_frames, shuffle=True)[:PROBE_BATCHES]])
+    fork_state = load_fork_state(spec.start_from) if spec.start_from is not None else None
+    if fork_state is not None:  # a fork continues its run's training, in that run's precision
+        amp = fork_state["config"]["precision"]
+    else:
+        amp = resolve_train_amp(cfg.amp, device, mcfg.to_dict(), cfg.max_frames, ctc_weight=cfg.ctc_weight,
+                                data_id=data_digest, probe_batches=lambda: [
+                                    collate(train_ds, idx) for idx in
+                                    batch_by_frames(train_ds.n_frames, cfg.max_frames, shuffle=True)[:PROBE_BATCHES]])
     decode_amp = resolve_amp(cfg.amp, device)
     if rank == 0:
         print(f"precision: training {amp}, decoding {decode_amp}"
-              + (f" (amp: auto on {device.type})" if cfg.amp == "auto" else ""), file=sys.stderr)
+              + (" (the fork state's)" if fork_state is not None else
+               f" (amp: auto on {device.type})" if cfg.amp == "auto" else ""), file=sys.stderr)
     run_config = {
         "task": spec.task, "model": mcfg.to_dict(), "init_encoder": init_digest,
         "precision": amp,  # `auto` resolves per machine: never resume a run made in another precision
@@ -181,9 +229,13 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     # Decided once (rank 0 loads last.pt, moves a mismatching one aside, and broadcasts under
     # torchrun, so every rank calls it): dvclive resumes exactly when training does.
     resume = decide_resume(paths.checkpoints, cfg, run_config)
+    if spec.fork_at is not None:
+        resume = _fork_or_restart(resume, paths.checkpoints, spec.fork_at)
+    if fork_state is not None and resume.state is None:
+        resume = _start_from_fork(resume, fork_state, spec.start_from)
     live = None
     if rank == 0:
-        if resume.state is not None:
+        if resume.state is not None and not resume.fork:
             update = resume.state["run_state"]["update"]
             if not (paths.live / LIVE_PLOTS).is_dir():
                 print(f"warning: {paths.live / LIVE_PLOTS} is missing: the training curves up to update "
@@ -192,14 +244,18 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
             _truncate_live_logs(paths.live, update)
         elif paths.live.exists():  # curves of another config (or of an unresumable run): start afresh
             shutil.rmtree(paths.live)
-        live = Live(dir=str(paths.live), resume=resume.state is not None, dvcyaml=False, save_dvc_exp=False,
+        live = Live(dir=str(paths.live), resume=resume.state is not None and not resume.fork, dvcyaml=False, save_dvc_exp=False,
                     report=None)
     t0 = time.perf_counter()
     summary = train(model, cfg, train_ds, dev_ds, paths.run_dir, run_config=run_config, evaluate=evaluate,
-                    device=device, progress=progress, live=live, resume=resume, amp=amp)
+                    device=device, progress=progress, live=live, resume=resume, amp=amp, fork_at=spec.fork_at)
     train_seconds = time.perf_counter() - t0
     if rank != 0:
         return {}
+    if spec.fork_at is not None:
+        from lib.io import atomic_write_bytes
+
+        atomic_write_bytes(paths.fork_state, (paths.checkpoints / FORK_FILE).read_bytes())
     if live is not None:
         live.end()
     # The curves are a DVC output: they must exist even when a resumed run had nothing left to log.
@@ -261,6 +317,38 @@ def spec_from_params(p: Params, root: Path, system: str, pair: str, seed: int | 
                    model_size=p.model.size, model_overrides=p.model.overrides, encoder_attention=encoder_attention,
                    init_encoder=init, decode=test, dev_decode=dev, decode_batch_frames=d.batch_frames,
                    final_checkpoint=d.final_checkpoint, max_dev_decode=d.dev_sentences)
+
+
+def asr_fork_at(p: Params) -> int | None:
+    """The update after which an ASR run keeps its training state (``asr.fork_updates`` before its
+    end) for ``local.asr_pretraining: fork``; None when ``asr.fork_updates`` is 0."""
+    if p.asr.fork_updates == 0:
+        return None
+    return p.train_asr.max_updates - p.asr.fork_updates
+
+
+def asr_fork_spec_from_params(p: Params, root: Path, pair: str, encoder_attention: list[dict]) -> RunSpec:
+    """``local.asr_pretraining: fork``: the RunSpec (system ``asr_local``) that continues the pair's
+    ASR training from its fork state (runs/asr/<pair>/fork.pt: weights, Adam moments, RNG, data
+    position and update count ``asr.fork_updates`` before the end) to ``train_asr.max_updates``
+    with the local-attention spec ``encoder_attention``: same data (``asr.shared_pair``'s English under
+    ``asr.mode: shared``), schedule, batches and precision as the baseline's ASR model, so the two
+    ASR models differ only in the attention of their last ``asr.fork_updates`` updates. Its WER is
+    measured on that data's tst-COMMON.
+
+    A demo option, not in the paper (whose local model starts from the full-attention ASR model,
+    ``shared``): it lets the encoder learn to work inside its windows before ST, at the cost of
+    ``asr.fork_updates`` ASR updates per pair and without more ASR training than the baseline had."""
+    spec = spec_from_params(p, root, "asr_local", pair, encoder_attention=encoder_attention)
+    if p.asr.mode == "shared":
+        spec.prepared_dir = root / p.data.prepared_dir / p.asr.shared_pair
+    spec.start_from = RunPaths(root, "asr", pair).fork_state
+    return spec
+
+
+def write_no_fork(paths: RunPaths) -> None:
+    """The fork-state output of an ASR run that takes no fork: a placeholder naming the mode."""
+    ckpt.save(paths.fork_state, {"unused": "no fork state: asr.fork_updates is 0"})
 
 
 def local_encoder_attention(p: Params, root: Path, pair: str) -> list[dict]:
@@ -362,6 +450,12 @@ def adopt_shared_asr(p: Params, root: Path, pair: str, *, progress: bool = True)
     hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress, amp=amp)
     refs = [test_ds.reference(i) for i in range(len(test_ds))]
     _adopt_run(src, spec.paths, "".join(h + "\n" for h in hyps))
+    from lib.io import atomic_write_bytes
+
+    if src.fork_state.is_file():
+        atomic_write_bytes(spec.paths.fork_state, src.fork_state.read_bytes())
+    else:
+        write_no_fork(spec.paths)
     write_decoded(spec.paths, spec.test_split, hyps, refs)
     metrics = {**score("asr", hyps, refs), "asr_mode": "shared", "trained_on": p.asr.shared_pair,
                "dev_best": shared_metrics.get("dev_best"), "updates": shared_metrics.get("updates"),
@@ -380,6 +474,7 @@ def write_unused_shared_asr(root: Path) -> dict[str, Any]:
     ckpt.save(paths.model, {"unused": "asr.mode is per_pair: every pair trains its own ASR model (train_asr)"})
     write_decoded(paths, "tst-COMMON", [], [])
     copy_curves(None, paths.curves)  # no curves: an empty folder
+    write_no_fork(paths)
     atomic_write_json(paths.timing, {"train_seconds": 0.0, "decode_seconds": 0.0})
     metrics = {"asr_mode": "per_pair"}
     atomic_write_json(paths.metrics, metrics)

@@ -1,0 +1,118 @@
+"""local.asr_pretraining: fork -- the ASR run keeps its state K updates before the end, and a second
+run finishes that training with another encoder attention (lib/train/run.py, lib/train/loop.py)."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lib.decode.beam_search import BeamSearchConfig
+from lib.layout import RunPaths
+from lib.params import TrainConfig
+from lib.train import checkpoint as ckpt
+from lib.train.run import (RunSpec, asr_fork_at, asr_fork_spec_from_params, load_fork_state, run,
+                           write_no_fork)
+
+TRAIN = dict(lr=2e-3, warmup_updates=2, max_updates=4, max_frames=200, update_freq=1, eval_every=2, save_every=2,
+             average_last=2, best_metric="loss", ctc_weight=0.3)
+FULL = [{"type": "full"}, {"type": "full"}]
+LOCAL = [{"type": "full"}, {"type": "local", "window": 1}]
+
+
+def _spec(prepared: Path, root: Path, system: str, **kw) -> RunSpec:
+    train = TrainConfig(**{**TRAIN, **kw.pop("train", {})})
+    return RunSpec(task="asr", pair="en-de", prepared_dir=prepared, paths=RunPaths(root, system, "en-de"),
+                   train=train, model_size="tiny", decode=BeamSearchConfig(beam=2, max_len_b=8),
+                   dev_decode=BeamSearchConfig(beam=1, max_len_b=8), decode_batch_frames=2000, max_dev_decode=2,
+                   final_checkpoint="last", **kw)
+
+
+def _weights(root: Path, system: str) -> dict[str, torch.Tensor]:
+    return ckpt.load(RunPaths(root, system, "en-de").model)["model"]
+
+
+@pytest.mark.slow
+def test_fork_with_the_same_attention_finishes_the_run_bit_exactly(prepared: Path, tmp_path: Path) -> None:
+    """The fork state holds everything the training depends on: continued with the same attention it
+    ends in the very model the run itself ended in; with local attention it ends elsewhere. Keeping
+    the fork does not change the run."""
+    plain = run(_spec(prepared, tmp_path / "plain", "asr"), progress=False)
+    forked = run(_spec(prepared, tmp_path, "asr", fork_at=2), progress=False)
+    assert plain["wer"] == forked["wer"]
+    base = _weights(tmp_path, "asr")
+    assert all(torch.equal(base[k], v) for k, v in _weights(tmp_path / "plain", "asr").items())
+    fork_state = load_fork_state(RunPaths(tmp_path, "asr", "en-de").fork_state)
+    assert fork_state["run_state"]["update"] == 2 and "optimizer" in fork_state
+
+    start = RunPaths(tmp_path, "asr", "en-de").fork_state
+    same = run(_spec(prepared, tmp_path / "same", "asr_local", encoder_attention=FULL, start_from=start),
+               progress=False)
+    assert same["updates"] == TRAIN["max_updates"]
+    for k, v in _weights(tmp_path / "same", "asr_local").items():
+        assert torch.equal(base[k], v), k
+    run(_spec(prepared, tmp_path / "local", "asr_local", encoder_attention=LOCAL, start_from=start), progress=False)
+    local = ckpt.load(RunPaths(tmp_path / "local", "asr_local", "en-de").model)
+    assert local["model_config"]["encoder_attention"] == LOCAL
+    assert any(not torch.equal(base[k], v) for k, v in local["model"].items())
+    # its own curves start after the fork: updates 3-4 only
+    loss = (RunPaths(tmp_path / "local", "asr_local", "en-de").curves / "train/loss.tsv").read_text().splitlines()
+    assert [int(r.split("\t")[0]) for r in loss[1:]] == [3, 4]
+
+
+@pytest.mark.slow
+def test_fork_refuses_a_state_of_other_settings(prepared: Path, tmp_path: Path) -> None:
+    run(_spec(prepared, tmp_path, "asr", fork_at=2), progress=False)
+    start = RunPaths(tmp_path, "asr", "en-de").fork_state
+    with pytest.raises(ValueError, match=r"fork.pt: made by a run with other settings \(train differ"):
+        run(_spec(prepared, tmp_path / "other", "asr_local", encoder_attention=LOCAL, start_from=start,
+                  train={"lr": 1e-3}), progress=False)
+    assert not RunPaths(tmp_path / "other", "asr_local", "en-de").model.exists()
+
+
+def test_missing_or_placeholder_fork_state_is_a_clear_error(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path, "asr", "en-de")
+    with pytest.raises(ValueError, match="runs/asr/en-de/fork.pt: missing"):
+        load_fork_state(paths.fork_state)
+    paths.run_dir.mkdir(parents=True)
+    write_no_fork(paths)
+    with pytest.raises(ValueError, match="fork.pt: not a fork state .*asr.fork_updates is 0"):
+        load_fork_state(paths.fork_state)
+
+
+@pytest.mark.slow
+def test_a_run_past_its_fork_update_without_the_fork_state_trains_again(prepared: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    """E.g. the shared ASR model trained before `fork` was chosen: resuming its finished last.pt
+    would leave no fork state, so it trains again (to the same model) and keeps one."""
+    first = run(_spec(prepared, tmp_path, "asr"), progress=False)
+    again = run(_spec(prepared, tmp_path, "asr", fork_at=2), progress=False)
+    assert "without its fork state" in capsys.readouterr().err
+    assert first["wer"] == again["wer"]
+    assert load_fork_state(RunPaths(tmp_path, "asr", "en-de").fork_state)["run_state"]["update"] == 2
+
+
+def _params(mode: str, pretraining: str = "fork"):
+    return SimpleNamespace(
+        model=SimpleNamespace(size="tiny", overrides={}),
+        local=SimpleNamespace(windows=[], asr_pretraining=pretraining),
+        asr=SimpleNamespace(mode=mode, shared_pair="en-de", fork_updates=800 if pretraining == "fork" else 0),
+        decode=SimpleNamespace(beam=2, len_penalty=1.0, max_len_a=0.0, max_len_b=10, batch_frames=1000,
+                               final_checkpoint="avg_last_k", dev_sentences=2),
+        train_asr=dataclasses.replace(TrainConfig(**TRAIN), max_updates=2400), train_st=None,
+        data=SimpleNamespace(prepared_dir="data/prepared"),
+    )
+
+
+@pytest.mark.parametrize("mode", ["shared", "per_pair"])
+def test_fork_spec_continues_the_pairs_asr_training(tmp_path: Path, mode: str) -> None:
+    p = _params(mode)
+    assert asr_fork_at(p) == 1600 and asr_fork_at(_params(mode, "shared")) is None
+    spec = asr_fork_spec_from_params(p, tmp_path, "en-it", LOCAL)
+    assert spec.task == "asr" and spec.paths.run_dir == tmp_path / "runs/asr_local/en-it"
+    assert spec.start_from == tmp_path / "runs/asr/en-it/fork.pt" and spec.init_encoder is None
+    # the data the forked run was trained on: the shared model's (en-de) or the pair's own
+    assert spec.prepared_dir == tmp_path / "data/prepared" / ("en-de" if mode == "shared" else "en-it")
+    assert spec.train == p.train_asr and spec.encoder_attention == LOCAL
