@@ -49,6 +49,10 @@ OLD_DEFAULT = {
     "train_st.max_frames": "6000",
     "train_st.max_updates": "180",
     "decode.max_len_b": "60",
+    # the study ran before local.asr_pretraining: fork became the default: local models start from
+    # the baseline's ASR model (the paper), and no ASR run keeps a fork state
+    "local.asr_pretraining": "shared",
+    "asr.fork_updates": "0",
 }
 LN = {"model.overrides.scale_embedding": "false", "model.overrides.subsampler_norm": "layernorm"}
 VARIABILITY = {"corpus.rate_jitter": "20", "corpus.word_gap": "[0,3]", "corpus.noise_level": "0.005"}

@@ -2,6 +2,11 @@
 
     python scripts/time_repro.py            # the whole default pipeline
     python scripts/time_repro.py train_baseline   # one stage (matrix) and what it needs
+    python scripts/time_repro.py --fresh -f       # every stage, every model trained from scratch
+
+``--fresh`` first removes every run's resume state (runs/**/checkpoints): without it a forced
+training stage whose last.pt matches its config resumes at its final update and only decodes, so
+`-f` alone does not time the training.
 
 Prints a table at the end and writes it to reports/repro_timing.json (not a DVC metric: wall times
 vary run to run). Stage output is streamed unchanged, so progress bars stay visible.
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +27,14 @@ STAGE_START = re.compile(r"Running stage '([^']+)'")
 
 
 def main() -> None:
-    cmd = ["dvc", "repro", *sys.argv[1:]]
+    args = sys.argv[1:]
+    if "--fresh" in args:
+        args = [a for a in args if a != "--fresh"]
+        stale = sorted(d for d in (ROOT / "runs").rglob("checkpoints") if d.is_dir())
+        for d in stale:
+            shutil.rmtree(d)
+        print(f"--fresh: removed {len(stale)} checkpoints folders under runs/", flush=True)
+    cmd = ["dvc", "repro", *args]
     t0 = time.perf_counter()
     load0 = os.getloadavg()
     durations: dict[str, float] = {}
