@@ -3,7 +3,8 @@ for one pair and seed. Same data, hyperparameters (`train_st`), decoding and met
 comparison differs in the attention only. The per-layer windows come from `select_windows`
 (data/windows/<pair>/windows.json) unless `local.windows` overrides them. The encoder starts from
 runs/asr_local/<pair>/model.pt, written by `train_asr_local`: the baseline's ASR model
-(`local.asr_pretraining: shared`, the default) or one pretrained with local attention (`local`).
+(`local.asr_pretraining: shared`, the paper), the baseline's ASR training finished with local attention
+(`fork`, the demo default) or one pretrained with local attention from scratch (`local`).
 
     python stages/train_local.py en-de 1
 """

@@ -295,11 +295,12 @@ def spec_from_params(p: Params, root: Path, system: str, pair: str, seed: int | 
     """The RunSpec of one pipeline run from params: ``system`` is ``asr`` (per pair), ``asr_shared``
     (the one English ASR model of ``asr.mode: shared``, trained on ``asr.shared_pair``; ``pair`` is
     ignored), ``asr_local`` (per pair: ASR pretraining with the local-attention spec, when
-    ``local.asr_pretraining`` is ``local``), ``baseline`` or ``local`` (per pair and seed). Baseline
+    ``local.asr_pretraining`` is ``local``; :func:`asr_fork_spec_from_params` adapts it for ``fork``),
+    ``baseline`` or ``local`` (per pair and seed). Baseline
     and local runs take the ``train_st`` hyperparameters with their seed and the pair's ASR encoder,
     so they differ in attention only: ``baseline`` starts from runs/asr/<pair>/model.pt, ``local``
-    from runs/asr_local/<pair>/model.pt (a copy of the former unless ``local.asr_pretraining`` is
-    ``local``)."""
+    from runs/asr_local/<pair>/model.pt (a copy of the former when ``local.asr_pretraining`` is
+    ``shared``)."""
     d = p.decode
     test = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
     dev = BeamSearchConfig(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
