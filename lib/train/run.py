@@ -152,7 +152,8 @@ def _start_from_fork(resume: Resume, state: dict[str, Any], path: Path) -> Resum
     state: same hyperparameters, data, precision and model shapes; the attention spec may differ).
     ValueError names the file."""
     theirs, ours = state.get("config", {}), resume.config
-    differ = sorted(k for k in set(theirs) | set(ours) if k != "model" and theirs.get(k) != ours.get(k))
+    differ = sorted(k for k in set(theirs) | set(ours)
+                    if k not in ("model", "start_from") and theirs.get(k) != ours.get(k))
     if differ:
         raise ValueError(f"{path}: made by a run with other settings ({', '.join(differ)} differ); "
                          f"a fork continues the same training")
@@ -216,6 +217,8 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
         "world_size": world,  # the data order per process depends on it: resume only with the same
         "data": data_digest,
     }
+    if spec.start_from is not None:  # a fork's continuation is not a run from scratch of the same config
+        run_config["start_from"] = file_digest(spec.start_from)
     refs_dev = [dev_ds.reference(i) for i in range(min(spec.max_dev_decode, len(dev_ds)))]
     dev_subset = _Subset(dev_ds, spec.max_dev_decode)
 

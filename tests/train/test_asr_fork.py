@@ -72,6 +72,22 @@ def test_fork_refuses_a_state_of_other_settings(prepared: Path, tmp_path: Path) 
     assert not RunPaths(tmp_path / "other", "asr_local", "en-de").model.exists()
 
 
+@pytest.mark.slow
+def test_a_run_from_scratch_never_resumes_a_forks_checkpoint(prepared: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    """`local` after `fork` writes to the same run folder with the same hyperparameters, model and
+    data: it must train from scratch, not resume the forked run's last.pt."""
+    run(_spec(prepared, tmp_path, "asr", fork_at=2), progress=False)
+    start = RunPaths(tmp_path, "asr", "en-de").fork_state
+    run(_spec(prepared, tmp_path, "asr_local", encoder_attention=LOCAL, start_from=start), progress=False)
+    capsys.readouterr()
+    run(_spec(prepared, tmp_path, "asr_local", encoder_attention=LOCAL), progress=False)
+    assert "NOT resuming" in capsys.readouterr().out  # (tqdm.write)
+    run(_spec(prepared, tmp_path / "scratch", "asr_local", encoder_attention=LOCAL), progress=False)
+    scratch = _weights(tmp_path / "scratch", "asr_local")
+    assert all(torch.equal(scratch[k], v) for k, v in _weights(tmp_path, "asr_local").items())
+
+
 def test_missing_or_placeholder_fork_state_is_a_clear_error(tmp_path: Path) -> None:
     paths = RunPaths(tmp_path, "asr", "en-de")
     with pytest.raises(ValueError, match="runs/asr/en-de/fork.pt: missing"):
