@@ -30,8 +30,8 @@ from _common import ROOT, run_stage, stage_params
 from lib.io import atomic_write_json
 from lib.layout import RunPaths
 from lib.train.loop import init_distributed
-from lib.train.run import (asr_fork_spec_from_params, load_fork_state, local_encoder_attention, run, share_asr_run,
-                           spec_from_params)
+from lib.train.run import (asr_fork_at, asr_fork_spec_from_params, load_fork_state, local_encoder_attention, run,
+                           share_asr_run, spec_from_params)
 
 
 def main() -> None:
@@ -64,7 +64,7 @@ def main() -> None:
     if metrics:
         metrics = {**metrics, "asr_pretraining": p.local.asr_pretraining}
         if p.local.asr_pretraining == "fork":
-            metrics.update(forked_at=p.train_asr.max_updates - p.asr.fork_updates,
+            metrics.update(forked_at=asr_fork_at(p),
                            trained_on=spec.prepared_dir.name)
         atomic_write_json(dst.metrics, metrics)
         print(json.dumps({**metrics, "windows": [s.get("window", 0) for s in spec_layers]}))

@@ -37,7 +37,7 @@ import torch
 from lib.data.dataset import SpeechDataset, batch_by_frames, collate
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf, wer
-from lib.io import atomic_write_json, atomic_write_text
+from lib.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from lib.layout import RunPaths, windows_json
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config
 from lib.params import Params, TrainConfig
@@ -256,8 +256,6 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     if rank != 0:
         return {}
     if spec.fork_at is not None:
-        from lib.io import atomic_write_bytes
-
         atomic_write_bytes(paths.fork_state, (paths.checkpoints / FORK_FILE).read_bytes())
     if live is not None:
         live.end()
@@ -397,8 +395,6 @@ def _adopt_run(src: RunPaths, dst: RunPaths, hyps: str | None = None) -> None:
     """Make ``dst`` hold ``src``'s model.pt, its decoded test set (or ``hyps`` when given: decoded
     elsewhere; the references are then ``dst``'s own, written by the caller) and its training curves.
     ``dst``'s resume state is removed (it belongs to an earlier run of another model)."""
-    from lib.io import atomic_write_bytes
-
     dst.run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(dst.model, src.model.read_bytes())
     if hyps is None:
@@ -454,8 +450,6 @@ def adopt_shared_asr(p: Params, root: Path, pair: str, *, progress: bool = True)
     hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress, amp=amp)
     refs = [test_ds.reference(i) for i in range(len(test_ds))]
     _adopt_run(src, spec.paths, "".join(h + "\n" for h in hyps))
-    from lib.io import atomic_write_bytes
-
     if src.fork_state.is_file():
         atomic_write_bytes(spec.paths.fork_state, src.fork_state.read_bytes())
     else:
