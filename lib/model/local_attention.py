@@ -403,7 +403,13 @@ def local_attention(
         return out
 
     blk = choose_block_size(N, w_eff, block_size)
-    out, W = _LocalAttentionFn.apply(q, k, v, key_padding_mask, w_eff, blk, p, generator, return_weights)
+    # The function computes in q's dtype (under autocast: the dtype autocast gave the projections)
+    # with autocast off inside: CUDA's autocast would run its softmax in fp32 and then refuse the
+    # out= buffers of q's dtype ("expected scalar type Float but found BFloat16", seen on an H100
+    # with amp bf16). On CPU nothing changes: CPU autocast casts neither softmax nor out= calls.
+    with torch.autocast(q.device.type, enabled=False):
+        out, W = _LocalAttentionFn.apply(q, k.to(q.dtype), v.to(q.dtype), key_padding_mask, w_eff, blk, p,
+                                         generator, return_weights)
     if not return_weights:
         return out
     if w_eff != window:  # re-centre the clamped band in the requested width

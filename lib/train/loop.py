@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from lib.data.dataset import BOS_ID, PAD_ID, Batch, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
 from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig re-exported)
-from lib.precision import autocast, resolve_amp
+from lib.precision import autocast, configure_cuda, resolve_amp
 from lib.train import checkpoint as ckpt
 from lib.model.attention import set_head_selection_tau
 from lib.train.objectives import HeadSelectionTraining, ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss
@@ -67,8 +67,15 @@ def init_distributed() -> tuple[int, int, torch.device]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            # torch.cuda.set_device would fail with "invalid device ordinal", which names neither cause
+            raise RuntimeError(
+                f"process with LOCAL_RANK={local_rank} has no CUDA device: this machine has "
+                f"{torch.cuda.device_count()} visible; start at most that many processes per node "
+                "(torchrun --nproc_per_node), or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on CPU with gloo")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
+        configure_cuda()
     else:
         device = torch.device("cpu")
     if world > 1 and not dist.is_initialized():

@@ -41,7 +41,7 @@ from lib.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from lib.layout import RunPaths, windows_json
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config
 from lib.params import Params, TrainConfig
-from lib.precision import PROBE_BATCHES, resolve_amp, resolve_train_amp
+from lib.precision import PROBE_BATCHES, configure_cuda, resolve_amp, resolve_train_amp
 from lib.train import checkpoint as ckpt
 from lib.train.loop import FORK_FILE, OPTIMIZER, Resume, decide_resume, dist_info, fork_is_valid, train
 
@@ -72,8 +72,11 @@ class RunSpec:
 
 
 def auto_device() -> torch.device:
-    """CUDA when available, else CPU."""
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    """CUDA when available (with :func:`lib.precision.configure_cuda`'s backend choices), else CPU."""
+    if torch.cuda.is_available():
+        configure_cuda()
+        return torch.device("cuda")
+    return torch.device("cpu")
 
 
 def file_digest(*paths: Path) -> str:

@@ -301,3 +301,29 @@ def test_cuda_matches_reference():
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
     for got, exp in zip(torch.autograd.grad(out.sum(), (q, k, v)), torch.autograd.grad(ref.sum(), (q, k, v))):
         torch.testing.assert_close(got, exp, atol=1e-5, rtol=1e-4)
+
+
+def _autocast_bf16_matches_reference(device: str) -> None:
+    """Under bf16 autocast with a value tensor of another dtype (CUDA's autocast returns softmax
+    in fp32, the same kind of mismatch): forward and backward run, in q's dtype, and match the
+    dense reference computed on the same bf16 inputs."""
+    q, k, v = (t.detach().to(device) for t in _inputs(150))
+    kpm = _padding([150, 97], 150).to(device)
+    qb, kb = (t.bfloat16().requires_grad_(True) for t in (q, k))
+    vf = v.float().requires_grad_(True)  # fp32: the function must cast it, not fail on out= buffers
+    with torch.autocast(device, dtype=torch.bfloat16):
+        out = local_attention(qb, kb, vf, 9, kpm, training=True, dropout_p=0.0)
+    assert out.dtype == torch.bfloat16
+    grads = torch.autograd.grad(out.float().sum(), (qb, kb, vf))
+    assert grads[2].dtype == torch.float32 and all(torch.isfinite(g).all() for g in grads)
+    ref = banded_reference(qb.detach().float(), kb.detach().float(), vf.detach().bfloat16().float(), 9, kpm)
+    torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=3e-2)
+
+
+def test_cpu_autocast_bf16_with_mixed_input_dtypes():
+    _autocast_bf16_matches_reference("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_autocast_bf16_with_mixed_input_dtypes():
+    _autocast_bf16_matches_reference("cuda")

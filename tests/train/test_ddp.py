@@ -1,6 +1,10 @@
 """DDP (gloo, 2 CPU processes) computes the same updates as one process accumulating the same
 batches: n processes with update_freq=k == one process with update_freq=k*n (fairseq's
-normalisation by the token count of the whole update, summed over ranks)."""
+normalisation by the token count of the whole update, summed over ranks).
+
+Both runs are CPU subprocesses with the GPUs hidden: on a machine with one GPU, two ranks cannot
+each have a CUDA device (``init_distributed`` says so), and a GPU reference would not be comparable
+to gloo on CPU at 1e-5."""
 from __future__ import annotations
 
 import json
@@ -26,6 +30,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _run_driver(prepared: Path, out: Path, train: dict, nproc: int) -> dict:
+    """Train with tests/train/_driver.py on CPU (GPUs hidden) in ``nproc`` processes (torchrun when
+    > 1); its final.pt (model, summary, world)."""
+    spec = {"prepared": str(prepared), "out": str(out), "model": NO_DROPOUT, "train": train}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "PYTHONUNBUFFERED": "1",
+           "CUDA_VISIBLE_DEVICES": ""}
+    driver = str(Path(_driver.__file__).resolve())
+    launch = ([sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
+               "--master_addr=127.0.0.1", f"--master_port={_free_port()}"] if nproc > 1 else [sys.executable])
+    proc = subprocess.run([*launch, driver, json.dumps(spec)], env=env, capture_output=True, text=True,
+                          timeout=180, cwd=str(Path(driver).parents[2]))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "DONE" in proc.stdout
+    return torch.load(out / "final.pt", weights_only=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("specaugment", [False, True], ids=["no_specaugment", "specaugment"])
 def test_two_gloo_ranks_equal_one_process_with_double_update_freq(prepared: Path, tmp_path: Path,
@@ -33,23 +53,13 @@ def test_two_gloo_ranks_equal_one_process_with_double_update_freq(prepared: Path
     """Dropout must be off (each rank has its own dropout stream). SpecAugment may be on: its
     masks are seeded by the batch's place in the update group, whichever rank processes it."""
     train = {**TRAIN, "specaugment": specaugment}
-    single, single_summary = _driver.run_training(prepared, tmp_path / "single", model=NO_DROPOUT,
-                                                  train_overrides={**train, "update_freq": 2})
-
+    single = _run_driver(prepared, tmp_path / "single", {**train, "update_freq": 2}, nproc=1)
+    single_summary = single["summary"]
     out = tmp_path / "ddp"
-    spec = {"prepared": str(prepared), "out": str(out), "model": NO_DROPOUT, "train": {**train, "update_freq": 1}}
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(Path(_driver.__file__).resolve()),
-           json.dumps(spec)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180,
-                          cwd=str(Path(_driver.__file__).resolve().parents[2]))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "DONE" in proc.stdout
-    final = torch.load(out / "final.pt", weights_only=True)
-    assert final["world"] == 2 and final["summary"]["updates"] == 4
+    final = _run_driver(prepared, out, {**train, "update_freq": 1}, nproc=2)
+    assert single["world"] == 1 and final["world"] == 2 and final["summary"]["updates"] == 4
 
-    single_state, ddp_state = single.state_dict(), final["model"]
+    single_state, ddp_state = single["model"], final["model"]
     assert list(single_state) == list(ddp_state)
     worst = max(float((single_state[k] - ddp_state[k]).abs().max()) for k in single_state)
     moved = max(float((single_state[k] - ckpt.load(tmp_path / "single/checkpoints/snapshots/update_0000002.pt")
@@ -66,3 +76,38 @@ def test_two_gloo_ranks_equal_one_process_with_double_update_freq(prepared: Path
     # rank 0 alone wrote the checkpoints, with both ranks' RNG states in last.pt
     last = ckpt.load(out / "checkpoints/last.pt")
     assert len(last["rng"]) == 2 and last["run_state"]["update"] == 4
+
+
+def test_more_ranks_than_gpus_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ranks on a one-GPU machine: an error naming the rank, the device count and both ways
+    out, not CUDA's "invalid device ordinal" (seen on an H100 machine before the check)."""
+    from lib.train.loop import init_distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: pytest.fail("set_device reached"))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(RuntimeError, match=r"LOCAL_RANK=1 .* 1 visible.*nproc_per_node.*CUDA_VISIBLE_DEVICES"):
+        init_distributed()
+
+
+def test_a_cuda_run_switches_cudnn_attention_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways a run picks a CUDA device apply lib.precision.configure_cuda (cuDNN's SDPA
+    backend off: a graph per batch shape, 2x slower training measured on an H100)."""
+    from lib.train.loop import init_distributed
+    from lib.train.run import auto_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        for pick in (init_distributed, auto_device):
+            torch.backends.cuda.enable_cudnn_sdp(True)
+            pick()
+            assert not torch.backends.cuda.cudnn_sdp_enabled(), pick.__name__
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
