@@ -14,6 +14,7 @@ has (benchmarks/bf16_shape_cache.py on a 2-core Xeon with AMX: ST batches seen b
 1.15x faster than fp32; new ones, 0.8-1.0x).
 
     python benchmarks/train_real_batches.py [--updates 30] [--pair en-de] [--compile]
+        [--pad-frames 64 --pad-tokens 8] [--tasks asr st] [--no-decode]
 """
 from __future__ import annotations
 
@@ -36,8 +37,14 @@ from lib.params import load_params  # noqa: E402
 from lib.precision import PROBE_BATCHES, autocast, resolve_amp, resolve_train_amp  # noqa: E402
 from lib.train.loop import Criterion  # noqa: E402
 
-ROWS = {"fp32, Adam for-loop": ("none", False, False), "fp32, fused Adam": ("none", True, False),
-        "bf16, fused Adam": ("bf16", True, False), "fp32, fused Adam, torch.compile": ("none", True, True)}
+# row -> (amp, fused Adam, torch.compile, padded): "padded" rounds every batch's frames and target
+# tokens up to --pad-frames / --pad-tokens (train_*.pad_frames_to / pad_tokens_to): fewer distinct
+# shapes for oneDNN's per-shape kernels.
+ROWS = {"fp32, Adam for-loop": ("none", False, False, False), "fp32, fused Adam": ("none", True, False, False),
+        "bf16, fused Adam": ("bf16", True, False, False),
+        "fp32, fused Adam, padded": ("none", True, False, True),
+        "bf16, fused Adam, padded": ("bf16", True, False, True),
+        "fp32, fused Adam, torch.compile": ("none", True, True, False)}
 
 
 def _data(task: str, pair: str):
@@ -49,11 +56,14 @@ def _data(task: str, pair: str):
     return p, cfg, ds, mcfg
 
 
-def one_row(task: str, pair: str, row: str, n: int) -> dict[str, float]:
-    """In this process: mean ms per update over ``n`` updates after 3 warm-up ones (first-update seconds too)."""
+def one_row(task: str, pair: str, row: str, n: int, pad: tuple[int, int] = (64, 8)) -> dict[str, float]:
+    """In this process: mean ms per update over ``n`` updates after 3 warm-up ones (first-update
+    seconds, distinct batch shapes and padded frames too)."""
     p, cfg, ds, mcfg = _data(task, pair)
-    amp, fused, comp = ROWS[row]
-    batches = [collate(ds, idx) for idx in batch_by_frames(ds.n_frames, cfg.max_frames, shuffle=True, seed=1)[:n + 3]]
+    amp, fused, comp, padded = ROWS[row]
+    pf, pt = pad if padded else (1, 1)
+    batches = [collate(ds, idx, pad_frames_to=pf, pad_tokens_to=pt)
+               for idx in batch_by_frames(ds.n_frames, cfg.max_frames, shuffle=True, seed=1)[:n + 3]]
     torch.manual_seed(0)
     model = S2TTransformer(mcfg).train()
     crit = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
@@ -68,7 +78,9 @@ def one_row(task: str, pair: str, row: str, n: int) -> dict[str, float]:
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
-    return {"ms": 1e3 * statistics.mean(times[3:]), "first_s": times[0]}
+    return {"ms": 1e3 * statistics.mean(times[3:]), "first_s": times[0],
+            "shapes": len({(b.feats.shape[:2], b.target.shape[1]) for b in batches[3:]}),
+            "frames": sum(b.feats.shape[0] * b.feats.shape[1] for b in batches[3:])}
 
 
 def one_decode(pair: str, amp: str) -> dict[str, float]:
@@ -100,36 +112,46 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--pair", default="en-de")
     ap.add_argument("--compile", action="store_true", help="add a torch.compile row (compiles for about a minute)")
+    ap.add_argument("--pad-frames", type=int, default=64, help="the padded rows' frame multiple (default 64)")
+    ap.add_argument("--pad-tokens", type=int, default=8, help="the padded rows' target-token multiple (default 8)")
+    ap.add_argument("--tasks", nargs="+", default=["asr", "st"], choices=["asr", "st"])
+    ap.add_argument("--no-decode", action="store_true", help="skip the decoding rows")
     ap.add_argument("--row", help=argparse.SUPPRESS)
     ap.add_argument("--task", help=argparse.SUPPRESS)
     ap.add_argument("--decode", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.row:
-        print(json.dumps(one_row(args.task, args.pair, args.row, args.updates)))
+        print(json.dumps(one_row(args.task, args.pair, args.row, args.updates, (args.pad_frames, args.pad_tokens))))
         return
     if args.decode:
         print(json.dumps(one_decode(args.pair, args.decode)))
         return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.updates} updates per row after 3 "
-          f"warm-up updates, the same {args.pair} batches in the same order, one process per row")
+          f"warm-up updates, the same {args.pair} batches in the same order, one process per row; padded rows: "
+          f"frames to a multiple of {args.pad_frames}, target tokens of {args.pad_tokens}")
     rows = [r for r in ROWS if args.compile or "compile" not in r]
-    for task in ("asr", "st"):
+    for task in args.tasks:
         p, cfg, ds, mcfg = _data(task, args.pair)
         default = resolve_train_amp("auto", torch.device("cpu"), mcfg.to_dict(), cfg.max_frames,
                                     ctc_weight=cfg.ctc_weight, data_id=f"benchmark:{args.pair}:{task}",
                                     probe_batches=lambda: [collate(ds, idx) for idx in batch_by_frames(
                                         ds.n_frames, cfg.max_frames, shuffle=True)[:PROBE_BATCHES]])
-        res = {r: child(["--row", r, "--task", task, "--pair", args.pair, "--updates", str(args.updates)])
-               for r in rows}
+        res = {r: child(["--row", r, "--task", task, "--pair", args.pair, "--updates", str(args.updates),
+                         "--pad-frames", str(args.pad_frames), "--pad-tokens", str(args.pad_tokens)]) for r in rows}
         base = res["fp32, Adam for-loop"]["ms"]
         print(f"\n{task.upper()} batches (max_frames {cfg.max_frames}, ctc {cfg.ctc_weight}); "
               f"amp: auto picks {'bf16' if default == 'bf16' else 'fp32'} on this machine")
-        print(f"  {'row':<34} {'ms/update':>10} {'vs fp32 for-loop':>17}")
+        print(f"  {'row':<34} {'ms/update':>10} {'vs fp32 for-loop':>17} {'vs default':>11} {'shapes':>7} "
+              f"{'padded frames':>14}")
+        default_row = "bf16, fused Adam" if default == "bf16" else "fp32, fused Adam"
         for r in rows:
-            mark = "  <- the default" if r == ("bf16, fused Adam" if default == "bf16" else "fp32, fused Adam") else ""
-            print(f"  {r:<34} {res[r]['ms']:>10.1f} {base / res[r]['ms']:>16.2f}x{mark}")
+            mark = "  <- the default" if r == default_row else ""
+            print(f"  {r:<34} {res[r]['ms']:>10.1f} {base / res[r]['ms']:>16.2f}x "
+                  f"{res[default_row]['ms'] / res[r]['ms']:>10.2f}x {res[r]['shapes']:>7} {res[r]['frames']:>14}{mark}")
             if "compile" in r:
                 print(f"  (torch.compile: the first update, compiling, took {res[r]['first_s']:.1f} s)")
+    if args.no_decode:
+        return
     if not (ROOT / "runs/baseline" / args.pair / "seed1/model.pt").is_file():
         print("\ndecoding: no trained model at runs/baseline/<pair>/seed1/model.pt (run `dvc repro train_baseline`)")
         return

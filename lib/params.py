@@ -165,6 +165,10 @@ class TrainConfig:
     specaug_time_p: float = 1.0
     max_frames_train: int = 3000
     max_target_tokens: int = 1024
+    # Training batches' padded frame / target length rounded up to a multiple (1: to the longest
+    # item, fairseq). Fewer distinct shapes, so oneDNN reuses its per-shape CPU kernels (bf16).
+    pad_frames_to: int = 1
+    pad_tokens_to: int = 1
     eval_every: int = 1000
     save_every: int = 1000
     average_last: int = 5  # average of the last K saved snapshots
@@ -178,7 +182,7 @@ class TrainConfig:
         if self.amp not in AMP_MODES:
             raise ValueError(f"{prefix}.amp must be one of {list(AMP_MODES)}, got {self.amp!r}")
         for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",
-                     "warmup_updates"):
+                     "warmup_updates", "pad_frames_to", "pad_tokens_to"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{prefix}.{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 < self.specaug_time_p <= 1.0:

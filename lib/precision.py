@@ -151,18 +151,22 @@ def probe_step_times(model_config: dict[str, Any], batches: list, ctc_weight: fl
 
 
 def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, Any], max_frames: int,
-                      probe_batches: Callable[[], list], ctc_weight: float = 0.0, data_id: str = "") -> str:
+                      probe_batches: Callable[[], list], ctc_weight: float = 0.0, data_id: str = "",
+                      pad_to: tuple[int, int] = (1, 1)) -> str:
     """The precision a training run uses: :func:`resolve_amp`, except ``auto`` on a CPU with native
     bf16, which is measured (:func:`probe_step_times` on ``probe_batches()``, a few of the run's
     training batches; ``data_id`` names that data in the cache key) once per machine, model,
-    data and batch size and cached (module docstring): ``bf16`` when it is at least
-    ``BF16_MIN_SPEEDUP`` x faster, else ``none``. The choice and its figures go to stderr."""
+    data, batch size and batch padding (``pad_to``: the run's ``pad_frames_to, pad_tokens_to``)
+    and cached (module docstring): ``bf16`` when it is at least ``BF16_MIN_SPEEDUP`` x faster,
+    else ``none``. The choice and its figures go to stderr."""
     resolved = resolve_amp(amp, device)
     if amp != "auto" or device.type != "cpu" or resolved != "bf16":
         return resolved
     ident = {"cpu": _cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
              "model": model_config, "max_frames": int(max_frames),
              "ctc_weight": float(ctc_weight), "data": data_id}
+    if tuple(pad_to) != (1, 1):  # (only when set: the caches of unpadded runs keep their keys)
+        ident["pad_to"] = [int(x) for x in pad_to]
     key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_dir() / "precision" / f"train-{key}.json"
     try:

@@ -164,11 +164,23 @@ def batch_by_frames(n_frames: Sequence[int], max_frames: int, *, shuffle: bool, 
     return batches
 
 
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
 def collate(dataset: SpeechDataset, indices: Sequence[int], *, specaugment: SpecAugmentConfig | None = None,
-            generator: torch.Generator | None = None) -> Batch:
+            generator: torch.Generator | None = None, pad_frames_to: int = 1, pad_tokens_to: int = 1) -> Batch:
     """Pad a list of items into a :class:`Batch`; SpecAugment (train only) draws from ``generator``.
     The dataset's optional ``task_ids`` fill ``Batch.task`` and its optional ``start_ids`` replace
-    ``eos`` as the first decoder input (see :class:`SpeechDataset`)."""
+    ``eos`` as the first decoder input (see :class:`SpeechDataset`).
+
+    ``pad_frames_to`` / ``pad_tokens_to`` round the padded frame / target length up to a multiple
+    (1: to the longest item, as fairseq does). Fewer distinct batch shapes let oneDNN reuse the
+    kernels it compiles per matrix shape (bf16 autocast on CPU: benchmarks/train_real_batches.py).
+    The extra positions are padding like any other (masked by ``feat_lengths`` / PAD_ID), so the
+    model computes the same function; in training, dropout draws its masks for the larger shape."""
+    if pad_frames_to < 1 or pad_tokens_to < 1:
+        raise ValueError(f"pad_frames_to and pad_tokens_to must be >= 1, got {pad_frames_to}, {pad_tokens_to}")
     feats = []
     for i in indices:
         f = dataset.features(i)
@@ -178,12 +190,12 @@ def collate(dataset: SpeechDataset, indices: Sequence[int], *, specaugment: Spec
                              time_mask_p=specaugment.time_mask_p)
         feats.append(f)
     lengths = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
-    padded = torch.zeros(len(feats), int(lengths.max()), feats[0].shape[1])
+    padded = torch.zeros(len(feats), _round_up(int(lengths.max()), pad_frames_to), feats[0].shape[1])
     for b, f in enumerate(feats):
         padded[b, : f.shape[0]] = f
     targets = [dataset.targets[i] for i in indices]
     tlen = torch.tensor([len(t) for t in targets], dtype=torch.long)
-    target = torch.full((len(targets), int(tlen.max())), PAD_ID, dtype=torch.long)
+    target = torch.full((len(targets), _round_up(int(tlen.max()), pad_tokens_to)), PAD_ID, dtype=torch.long)
     prev = torch.full_like(target, PAD_ID)
     start_ids = getattr(dataset, "start_ids", None)
     for b, (i, t) in enumerate(zip(indices, targets)):

@@ -405,7 +405,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                 # with one process this is the same seed as (rank=0, b).
                 pos = rank * cfg.update_freq + b
                 gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, st.epoch, st.group_in_epoch, 0, pos))
-                batches.append(collate(train_ds, idx, specaugment=specaug, generator=gen).to(device))
+                batches.append(collate(train_ds, idx, specaugment=specaug, generator=gen,
+                                       pad_frames_to=cfg.pad_frames_to, pad_tokens_to=cfg.pad_tokens_to).to(device))
             tokens = torch.tensor(float(sum(x.n_target_tokens for x in batches)), device=device)
             if world > 1:
                 dist.all_reduce(tokens)

@@ -205,8 +205,10 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
         amp = fork_state["config"]["precision"]
     else:
         amp = resolve_train_amp(cfg.amp, device, mcfg.to_dict(), cfg.max_frames, ctc_weight=cfg.ctc_weight,
-                                data_id=data_digest, probe_batches=lambda: [
-                                    collate(train_ds, idx) for idx in
+                                data_id=data_digest, pad_to=(cfg.pad_frames_to, cfg.pad_tokens_to),
+                                probe_batches=lambda: [
+                                    collate(train_ds, idx, pad_frames_to=cfg.pad_frames_to,
+                                            pad_tokens_to=cfg.pad_tokens_to) for idx in
                                     batch_by_frames(train_ds.n_frames, cfg.max_frames, shuffle=True)[:PROBE_BATCHES]])
     decode_amp = resolve_amp(cfg.amp, device)
     if rank == 0:

@@ -1,0 +1,74 @@
+"""Batch shapes rounded up (`train_*.pad_frames_to` / `pad_tokens_to`, lib/data/dataset.py `collate`):
+the extra positions are padding, so a model in eval mode computes the same loss, also with CTC and
+local attention; the options reach training and the `amp: auto` probe's cache key."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lib import precision
+from lib.data.dataset import PAD_ID, SpeechDataset, batch_by_frames, collate
+from lib.model.config import model_config
+from lib.model.s2t_transformer import S2TTransformer
+from lib.params import TrainConfig
+from lib.train.loop import Criterion
+
+
+def test_shapes_are_rounded_up_and_the_extra_positions_are_padding(prepared: Path) -> None:
+    ds = SpeechDataset(prepared, "train", "st")
+    idx = batch_by_frames(ds.n_frames, 400, shuffle=False)[0]
+    plain, padded = collate(ds, idx), collate(ds, idx, pad_frames_to=64, pad_tokens_to=8)
+    T, L = plain.feats.shape[1], plain.target.shape[1]
+    assert padded.feats.shape[1] % 64 == 0 and T <= padded.feats.shape[1] < T + 64
+    assert padded.target.shape[1] % 8 == 0 and L <= padded.target.shape[1] < L + 8
+    assert torch.equal(padded.feats[:, :T], plain.feats) and not padded.feats[:, T:].any()
+    assert torch.equal(padded.target[:, :L], plain.target) and (padded.target[:, L:] == PAD_ID).all()
+    assert torch.equal(padded.prev_tokens[:, :L], plain.prev_tokens) and (padded.prev_tokens[:, L:] == PAD_ID).all()
+    assert torch.equal(padded.feat_lengths, plain.feat_lengths)
+    assert torch.equal(padded.target_lengths, plain.target_lengths)
+    with pytest.raises(ValueError, match="pad_frames_to"):
+        collate(ds, idx, pad_frames_to=0)
+
+
+@pytest.mark.parametrize("attention", ["full", "local"])
+def test_padding_leaves_the_eval_loss_unchanged(prepared: Path, attention: str) -> None:
+    ds = SpeechDataset(prepared, "train", "asr")
+    specs = [{"type": "full"}, {"type": "local", "window": 3}] if attention == "local" else None
+    cfg = model_config("tiny", vocab_size=ds.vocab_size, ctc_vocab_size=ds.vocab_size, encoder_attention=specs)
+    torch.manual_seed(0)
+    crit = Criterion(S2TTransformer(cfg).eval(), 0.1, 0.3)
+    checked = 0
+    for idx in batch_by_frames(ds.n_frames, 300, shuffle=False):
+        with torch.no_grad():
+            ref, ref_parts = crit(collate(ds, idx))
+            got, got_parts = crit(collate(ds, idx, pad_frames_to=48, pad_tokens_to=5))
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-4)
+        assert got_parts["ctc"] == pytest.approx(ref_parts["ctc"], rel=1e-5)
+        checked += 1
+    assert checked >= 2
+
+
+def test_the_params_reject_a_zero_multiple() -> None:
+    TrainConfig(pad_frames_to=64, pad_tokens_to=8).validate("train_st")
+    with pytest.raises(ValueError, match="train_st.pad_tokens_to"):
+        TrainConfig(pad_tokens_to=0).validate("train_st")
+
+
+def test_padding_is_part_of_the_probe_cache_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
+    monkeypatch.setattr(precision, "resolve_amp", lambda amp, device: "bf16")
+    calls: list[int] = []
+    monkeypatch.setattr(precision, "probe_step_times",
+                        lambda cfg, batches, ctc_weight=0.0: calls.append(1) or {"none": 2.0, "bf16": 1.0})
+
+    def resolve(pad_to: tuple[int, int]) -> str:
+        return precision.resolve_train_amp("auto", torch.device("cpu"), {"d_model": 16}, 400,
+                                           probe_batches=lambda: [object()] * 5, pad_to=pad_to)
+
+    assert resolve((1, 1)) == "bf16" and resolve((1, 1)) == "bf16"
+    assert len(calls) == 1  # cached
+    assert resolve((64, 8)) == "bf16"
+    assert len(calls) == 2  # another shape regime: measured again
+    assert len(list((tmp_path / "precision").glob("train-*.json"))) == 2
