@@ -150,11 +150,22 @@ def load_fork_state(path: Path) -> dict[str, Any]:
     return state
 
 
+def _with_train_defaults(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the training keys it lacks set to their defaults: a fork state written before a
+    key existed (e.g. ``pad_frames_to``, whose default 1 changes nothing) still matches a run that
+    leaves it at its default, while any other value of the new key still differs."""
+    if not isinstance(config.get("train"), dict):
+        return config
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)
+                if f.default is not dataclasses.MISSING}
+    return {**config, "train": {**defaults, **config["train"]}}
+
+
 def _start_from_fork(resume: Resume, state: dict[str, Any], path: Path) -> Resume:
     """``resume`` starting from the fork state ``state`` read from ``path`` (another run's training
     state: same hyperparameters, data, precision and model shapes; the attention spec may differ).
     ValueError names the file."""
-    theirs, ours = state.get("config", {}), resume.config
+    theirs, ours = _with_train_defaults(state.get("config", {})), _with_train_defaults(resume.config)
     differ = sorted(k for k in set(theirs) | set(ours)
                     if k not in ("model", "start_from") and theirs.get(k) != ours.get(k))
     if differ:

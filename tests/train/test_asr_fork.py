@@ -73,6 +73,23 @@ def test_fork_refuses_a_state_of_other_settings(prepared: Path, tmp_path: Path) 
 
 
 @pytest.mark.slow
+def test_a_fork_state_older_than_a_training_key_matches_its_default(prepared: Path, tmp_path: Path) -> None:
+    """A fork state written before a training key existed (here: without ``pad_frames_to``) is
+    the same training as a run that leaves the key at its default, and not one that sets it."""
+    run(_spec(prepared, tmp_path, "asr", fork_at=2), progress=False)
+    start = RunPaths(tmp_path, "asr", "en-de").fork_state
+    state = ckpt.load(start)
+    del state["config"]["train"]["pad_frames_to"]
+    ckpt.save(start, state)
+    with pytest.raises(ValueError, match=r"other settings \(train differ"):
+        run(_spec(prepared, tmp_path / "padded", "asr_local", encoder_attention=LOCAL, start_from=start,
+                  train={"pad_frames_to": 64}), progress=False)
+    metrics = run(_spec(prepared, tmp_path / "local", "asr_local", encoder_attention=LOCAL, start_from=start),
+                  progress=False)
+    assert RunPaths(tmp_path / "local", "asr_local", "en-de").model.is_file() and "wer" in metrics
+
+
+@pytest.mark.slow
 def test_a_run_from_scratch_never_resumes_a_forks_checkpoint(prepared: Path, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture) -> None:
     """`local` after `fork` writes to the same run folder with the same hyperparameters, model and
