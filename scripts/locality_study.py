@@ -87,6 +87,8 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
     ("N", "M's ST from L (3600 ASR updates)",
      {**LN, **TWO, **VARIABILITY, "train_asr.max_updates": "3600", "train_st.init_decoder": "true",
       "train_st.lr": "1.5e-3", "train_st.max_frames": "6000"}, "st"),
+    ("Q", "H with three sentences per segment (N ≈ 165, MuST-C-like)",
+     {**DEMO_ASR, "corpus.sentences_per_segment": "[3,3]", "decode.max_len_b": "150"}, "asr"),
 ]
 
 
