@@ -76,7 +76,7 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
     ("H", "G, 2400 updates (the demo's ASR model)", DEMO_ASR, "asr"),
     ("I", "ST from H, the paper's recipe (encoder from ASR; lr 3e-3, 6000-frame batches)", DEMO_ASR, "st"),
     ("J", "I + decoder layers from the ASR model", {**DEMO_ASR, "train_st.init_decoder": "true"}, "st"),
-    ("K", "J with lr 1.5e-3 and 3000-frame batches (the demo's ST)", DEMO_ST, "st"),
+    ("K", "J with lr 1.5e-3 and 3000-frame batches (the demo's ST until 2026-11-25: 180 updates)", DEMO_ST, "st"),
     ("M", "K with 6000-frame batches (twice the ST compute)",
      {**DEMO_ASR, "train_st.init_decoder": "true", "train_st.lr": "1.5e-3", "train_st.max_frames": "6000"}, "st"),
     ("O", "K with 3× the ST updates (540, for baseline and local alike)",
