@@ -1,7 +1,7 @@
 """What makes attention locality emerge in the demo's speech encoder: the study behind the demo's
 defaults, one `dvc exp run` per row, on en-de.
 
-    python scripts/locality_study.py                 # every row, in order (~1.5-2 h on 2 cores)
+    python scripts/locality_study.py                 # every row, in order (~2-2.5 h on 2 cores)
     python scripts/locality_study.py --rows A B      # some rows
     python scripts/locality_study.py --list          # the rows and their commands
     python scripts/locality_study.py --table         # only re-print the table from the saved results
