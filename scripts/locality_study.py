@@ -89,6 +89,8 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
       "train_st.lr": "1.5e-3", "train_st.max_frames": "6000"}, "st"),
     ("Q", "H with three sentences per segment (N ≈ 165, MuST-C-like)",
      {**DEMO_ASR, "corpus.sentences_per_segment": "[3,3]", "decode.max_len_b": "150"}, "asr"),
+    ("R", "H with SpecAugment time masks capped at 10 % of the utterance (≤ 43 of ≈ 435 frames, not 100)",
+     {**DEMO_ASR, "train_asr.specaug_time_p": "0.1"}, "asr"),
 ]
 
 
