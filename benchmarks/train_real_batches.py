@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib.data.dataset import SpeechDataset, batch_by_frames, collate  # noqa: E402
+from lib.data.dataset import SpeechDataset, first_batches  # noqa: E402
 from lib.model.s2t_transformer import S2TTransformer, model_config  # noqa: E402
 from lib.params import load_params  # noqa: E402
 from lib.precision import PROBE_BATCHES, autocast, resolve_amp, resolve_train_amp  # noqa: E402
@@ -62,8 +62,7 @@ def one_row(task: str, pair: str, row: str, n: int, pad: tuple[int, int] = (64, 
     p, cfg, ds, mcfg = _data(task, pair)
     amp, fused, comp, padded = ROWS[row]
     pf, pt = pad if padded else (1, 1)
-    batches = [collate(ds, idx, pad_frames_to=pf, pad_tokens_to=pt)
-               for idx in batch_by_frames(ds.n_frames, cfg.max_frames, shuffle=True, seed=1)[:n + 3]]
+    batches = first_batches(ds, cfg.max_frames, n + 3, seed=1, pad_frames_to=pf, pad_tokens_to=pt)
     torch.manual_seed(0)
     model = S2TTransformer(mcfg).train()
     crit = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
@@ -134,8 +133,7 @@ def main() -> None:
         p, cfg, ds, mcfg = _data(task, args.pair)
         default = resolve_train_amp("auto", torch.device("cpu"), mcfg.to_dict(), cfg.max_frames,
                                     ctc_weight=cfg.ctc_weight, data_id=f"benchmark:{args.pair}:{task}",
-                                    probe_batches=lambda: [collate(ds, idx) for idx in batch_by_frames(
-                                        ds.n_frames, cfg.max_frames, shuffle=True)[:PROBE_BATCHES]])
+                                    probe_batches=lambda: first_batches(ds, cfg.max_frames, PROBE_BATCHES))
         res = {r: child(["--row", r, "--task", task, "--pair", args.pair, "--updates", str(args.updates),
                          "--pad-frames", str(args.pad_frames), "--pad-tokens", str(args.pad_tokens)]) for r in rows}
         base = res["fp32, Adam for-loop"]["ms"]

@@ -48,6 +48,7 @@ OLD_DEFAULT = {
     "train_st.lr": "3.0e-3",
     "train_st.max_frames": "6000",
     "train_st.max_updates": "180",
+    "train_asr.specaug_time_p": "1.0",  # fairseq's 100-frame masks (row R: 0.1, the default since row R's ST test)
     "decode.max_len_b": "60",
     # the study ran before local.asr_pretraining: fork became the default: local models start from
     # the baseline's ASR model (the paper), and no ASR run keeps a fork state

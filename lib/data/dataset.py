@@ -164,6 +164,14 @@ def batch_by_frames(n_frames: Sequence[int], max_frames: int, *, shuffle: bool, 
     return batches
 
 
+def first_batches(dataset: "SpeechDataset", max_frames: int, n: int, *, seed: int = 0, pad_frames_to: int = 1,
+                  pad_tokens_to: int = 1) -> list["Batch"]:
+    """The first ``n`` batches of a shuffled :func:`batch_by_frames` epoch, collated without
+    SpecAugment: the real training batches that a precision probe or a benchmark times."""
+    return [collate(dataset, idx, pad_frames_to=pad_frames_to, pad_tokens_to=pad_tokens_to)
+            for idx in batch_by_frames(dataset.n_frames, max_frames, shuffle=True, seed=seed)[:n]]
+
+
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 

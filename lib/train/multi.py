@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from lib import layout
-from lib.data.dataset import batch_by_frames, collate
+from lib.data.dataset import first_batches
 from lib.data.multilingual import JOINT_SPM, MultiSpeechDataset, load_tasks
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf
@@ -209,10 +209,9 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
                               *[prepared / pr / "dev.tsv" for pr in pairs], vocab_dir / JOINT_SPM)
     amp = resolve_train_amp(cfg.amp, device, mcfg.to_dict(), cfg.max_frames, ctc_weight=cfg.ctc_weight,
                             data_id=data_digest, pad_to=(cfg.pad_frames_to, cfg.pad_tokens_to),
-                            probe_batches=lambda: [
-                                collate(train_ds, idx, pad_frames_to=cfg.pad_frames_to,
-                                        pad_tokens_to=cfg.pad_tokens_to) for idx in
-                                batch_by_frames(train_ds.n_frames, cfg.max_frames, shuffle=True)[:PROBE_BATCHES]])
+                            probe_batches=lambda: first_batches(
+                                train_ds, cfg.max_frames, PROBE_BATCHES, pad_frames_to=cfg.pad_frames_to,
+                                pad_tokens_to=cfg.pad_tokens_to))
     decode_amp = resolve_amp(cfg.amp, device)
     if rank == 0:
         print(f"precision: training {amp}, decoding {decode_amp}; multilingual system {system!r} over {pairs}, {model.num_parameters():,} params",

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from lib.data.dataset import SpeechDataset, batch_by_frames, collate
+from lib.data.dataset import SpeechDataset, first_batches
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf, wer
 from lib.io import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -217,10 +217,9 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     else:
         amp = resolve_train_amp(cfg.amp, device, mcfg.to_dict(), cfg.max_frames, ctc_weight=cfg.ctc_weight,
                                 data_id=data_digest, pad_to=(cfg.pad_frames_to, cfg.pad_tokens_to),
-                                probe_batches=lambda: [
-                                    collate(train_ds, idx, pad_frames_to=cfg.pad_frames_to,
-                                            pad_tokens_to=cfg.pad_tokens_to) for idx in
-                                    batch_by_frames(train_ds.n_frames, cfg.max_frames, shuffle=True)[:PROBE_BATCHES]])
+                                probe_batches=lambda: first_batches(
+                                    train_ds, cfg.max_frames, PROBE_BATCHES, pad_frames_to=cfg.pad_frames_to,
+                                    pad_tokens_to=cfg.pad_tokens_to))
     decode_amp = resolve_amp(cfg.amp, device)
     if rank == 0:
         print(f"precision: training {amp}, decoding {decode_amp}"

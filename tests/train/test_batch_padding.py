@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lib import precision
-from lib.data.dataset import PAD_ID, SpeechDataset, batch_by_frames, collate
+from lib.data.dataset import PAD_ID, SpeechDataset, batch_by_frames, collate, first_batches
 from lib.model.config import model_config
 from lib.model.s2t_transformer import S2TTransformer
 from lib.params import TrainConfig
@@ -72,3 +72,13 @@ def test_padding_is_part_of_the_probe_cache_key(tmp_path: Path, monkeypatch: pyt
     assert resolve((64, 8)) == "bf16"
     assert len(calls) == 2  # another shape regime: measured again
     assert len(list((tmp_path / "precision").glob("train-*.json"))) == 2
+
+
+def test_first_batches_are_the_first_batches_of_a_shuffled_epoch(prepared: Path) -> None:
+    """What the `amp: auto` probe times: the epoch's first batches, in its order, padded as asked."""
+    ds = SpeechDataset(prepared, "train", "st")
+    got = first_batches(ds, 200, 3, seed=2, pad_frames_to=64, pad_tokens_to=8)
+    order = batch_by_frames(ds.n_frames, 200, shuffle=True, seed=2)[:3]
+    assert [b.ids for b in got] == [[ds.rows[i]["id"] for i in idx] for idx in order]
+    assert all(b.feats.shape[1] % 64 == 0 and b.target.shape[1] % 8 == 0 for b in got)
+    assert [b.ids for b in first_batches(ds, 200, 3, seed=3)] != [b.ids for b in got]
