@@ -9,6 +9,8 @@ Systems (one name each, in paths, metrics keys and the report):
     asr         the ASR model that initialises a pair's ST encoder       runs/asr/<pair>
     baseline    the ST model with full attention (the paper's baseline)  runs/baseline/<pair>/seed<k>
     asr_local   the ASR model the local-attention system starts from     runs/asr_local/<pair>
+    asr_local_shared  the one ASR fork of ``local.fork: shared`` (the    runs/asr_local_shared
+                widest windows of all pairs), copied to every asr_local/<pair>
     local       the ST model with local attention in layers k+1..L       runs/local/<pair>/seed<k>
 
 Attention variants (opt-in experiments; ``<variant>`` = a name from the variant's params ``defs``),
@@ -43,17 +45,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["ASR_SYSTEMS", "ST_SYSTEMS", "SYSTEMS", "VARIANT_ASR_SYSTEMS", "VARIANT_ST_SYSTEMS", "VARIANT_METRICS",
+__all__ = ["ASR_SYSTEMS", "SHARED_SYSTEMS", "ST_SYSTEMS", "SYSTEMS", "VARIANT_ASR_SYSTEMS", "VARIANT_ST_SYSTEMS", "VARIANT_METRICS",
            "VARIANT_DECODED", "VARIANT_PLOTS", "SMOOTHING_PLOTS", "PREPARED_MULTI", "multi_plots", "variant_figure", "TEST_SPLIT", "RunPaths", "analysis_dir", "analysis_metrics",
            "analysis_plots", "health_data", "health_metrics", "health_plot", "run_name", "run_paths",
            "windows_dir", "windows_json", "windows_metrics", "corpus_metrics", "corpus_plots", "REPORT", "SUMMARY",
            "EFFICIENCY_MD"]
 
-ASR_SYSTEMS = ("asr_shared", "asr", "asr_local")
+ASR_SYSTEMS = ("asr_shared", "asr", "asr_local", "asr_local_shared")
 ST_SYSTEMS = ("baseline", "local")
 VARIANT_ASR_SYSTEMS = ("smoothing_asr",)
 VARIANT_ST_SYSTEMS = ("smoothing", "multi")
 SYSTEMS = ASR_SYSTEMS + ST_SYSTEMS + VARIANT_ASR_SYSTEMS + VARIANT_ST_SYSTEMS
+SHARED_SYSTEMS = ("asr_shared", "asr_local_shared")  # one model for every pair: no <pair> in the path
 TEST_SPLIT = "tst-COMMON"
 
 REPORT = Path("reports/report.md")
@@ -62,7 +65,7 @@ EFFICIENCY_MD = Path("metrics/efficiency.md")  # written by benchmarks/encoder_e
 
 
 def run_name(system: str, pair: str | None = None, seed: int | None = None, variant: str | None = None) -> str:
-    """``asr_shared`` | ``<system>/<pair>`` (ASR) | ``<system>/<pair>/seed<k>`` (ST) |
+    """``asr_shared`` | ``asr_local_shared`` | ``<system>/<pair>`` (ASR) | ``<system>/<pair>/seed<k>`` (ST) |
     ``variants/<system>/<variant>/<pair>[/seed<k>]`` (attention variants); ValueError naming what is
     missing or unknown."""
     if system not in SYSTEMS:
@@ -72,7 +75,7 @@ def run_name(system: str, pair: str | None = None, seed: int | None = None, vari
         raise ValueError(f"system {system!r} needs a variant name")
     if not is_variant and variant is not None:
         raise ValueError(f"system {system!r} takes no variant name, got {variant!r}")
-    if system == "asr_shared":
+    if system in SHARED_SYSTEMS:
         return system
     if system == "multi":  # one model for all pairs
         if pair is not None:

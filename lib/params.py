@@ -313,6 +313,7 @@ class DecodeParams:
 
 
 ASR_PRETRAINING = ("shared", "fork", "local")
+LOCAL_FORKS = ("per_pair", "shared")
 ASR_MODES = ("per_pair", "shared")
 
 
@@ -354,11 +355,18 @@ class LocalParams:
     # difference; the fork point is ``asr.fork_updates``); "local" = an ASR model pretrained from
     # scratch with the local-attention spec.
     asr_pretraining: str = "shared"
+    # With asr_pretraining "fork" and asr.mode "shared": "per_pair" = one fork per pair with the
+    # pair's own windows (stage train_asr_local); "shared" = one fork for every pair (stage
+    # train_asr_local_shared) with, per layer, the widest window any pair's select_windows chose,
+    # so each pair's ST run only narrows windows; it costs asr.fork_updates ASR updates once.
+    fork: str = "per_pair"
 
     def validate(self, prefix: str) -> None:
         if self.asr_pretraining not in ASR_PRETRAINING:
             raise ParamError(f"{prefix}.asr_pretraining: expected one of {list(ASR_PRETRAINING)}, "
                              f"got {self.asr_pretraining!r}")
+        if self.fork not in LOCAL_FORKS:
+            raise ParamError(f"{prefix}.fork: expected one of {list(LOCAL_FORKS)}, got {self.fork!r}")
         for i, w in enumerate(self.windows):
             if w < 1 or w % 2 == 0:
                 raise ParamError(f"{prefix}.windows[{i}]: window must be a positive odd integer, got {w}")
@@ -643,6 +651,9 @@ class Params:
         if self.local.asr_pretraining == "fork" and self.asr.fork_updates == 0:
             raise ParamError("local.asr_pretraining: fork needs asr.fork_updates > 0 (the ASR stages keep their "
                              "training state that many updates before the end); e.g. -S asr.fork_updates=800")
+        if self.local.asr_pretraining == "fork" and self.local.fork == "shared" and self.asr.mode != "shared":
+            raise ParamError("local.fork: shared needs asr.mode: shared (one ASR training to fork for every pair); "
+                             "with asr.mode: per_pair each pair forks its own ASR model: set local.fork: per_pair")
         # checked only when something runs: `-S seeds=[1]` must not trip over an unused opt-in section
         for i, pair in enumerate(self.smoothing.pairs if self.smoothing.systems else []):
             if pair not in self.pairs:

@@ -92,7 +92,7 @@ def autocast(device: torch.device, amp: str):
 
 
 BF16_MIN_SPEEDUP = 1.10  # bf16 must beat fp32 by this factor to be chosen for training (10 %: clearly, not by noise)
-PROBE_BATCHES = 9  # distinct training batches of the probe: 1 warm-up + 2 x 4 timed, per precision
+PROBE_BATCHES = 9  # distinct training batches of the probe: 1 warm-up + 8 timed, each in both precisions
 
 
 def cache_dir() -> Path:
@@ -119,9 +119,13 @@ def probe_step_times(model_config: dict[str, Any], batches: list, ctc_weight: fl
     Measured as a run experiences it: every precision sees every batch shape once. oneDNN builds
     a bf16 kernel per new shape and caches it, so repeating batches flatters bf16 (on a 2-core
     Xeon with AMX, ST batches seen before: bf16 1.16x faster than fp32; new batches, as in a
-    real run: 0.9x). ``batches[0]`` warms up both precisions; the rest are split in two halves,
-    each timed fp32 then bf16, so slow drift of the machine hits both. Runs under
-    ``torch.random.fork_rng``: the caller's RNG state is untouched."""
+    real run: 0.9x). ``batches[0]`` warms up both precisions; every other batch is timed in both
+    precisions back to back, fp32 first on odd batches and bf16 first on even ones, so that
+    another process's load, which comes and goes within seconds, hits both alike. (Timed in two
+    blocks, all fp32 steps then all bf16 steps, a test run started beside the probe once made
+    fp32 look 1.47x slower than bf16 while on quiet cores bf16 was 0.89x as fast; the answer is
+    cached for the machine.) Runs under ``torch.random.fork_rng``: the caller's RNG state is
+    untouched."""
     from lib.model.s2t_transformer import ModelConfig, S2TTransformer
     from lib.train.loop import Criterion
 
@@ -134,20 +138,18 @@ def probe_step_times(model_config: dict[str, Any], batches: list, ctc_weight: fl
         crits = {amp: Criterion(m, 0.1, ctc_weight) for amp, m in models.items()}
         opts = {amp: torch.optim.Adam(m.parameters(), lr=1e-5, fused=True) for amp, m in models.items()}
         totals = {"none": 0.0, "bf16": 0.0}
-        half = (len(batches) - 1) // 2
-        blocks = [batches[:1], batches[1:1 + half], batches[1 + half:1 + 2 * half]]
-        for k, block in enumerate(blocks):
-            for amp in ("none", "bf16"):
-                for batch in block:
-                    t0 = time.perf_counter()
-                    with autocast(torch.device("cpu"), amp):
-                        loss, _ = crits[amp](batch)
-                    opts[amp].zero_grad()
-                    loss.backward()
-                    opts[amp].step()
-                    if k > 0:  # block 0 is the warm-up
-                        totals[amp] += time.perf_counter() - t0
-    return {amp: t / (2 * half) for amp, t in totals.items()}
+        timed = 2 * ((len(batches) - 1) // 2)  # an even count: each order equally often
+        for i, batch in enumerate(batches[:1 + timed]):
+            for amp in (("none", "bf16") if i % 2 else ("bf16", "none")):
+                t0 = time.perf_counter()
+                with autocast(torch.device("cpu"), amp):
+                    loss, _ = crits[amp](batch)
+                opts[amp].zero_grad()
+                loss.backward()
+                opts[amp].step()
+                if i > 0:  # batch 0 is the warm-up
+                    totals[amp] += time.perf_counter() - t0
+    return {amp: t / timed for amp, t in totals.items()}
 
 
 def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, Any], max_frames: int,

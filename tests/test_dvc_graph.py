@@ -96,10 +96,17 @@ def test_dvc_yaml_paths_follow_lib_layout() -> None:
         return run_outs(run) | {rel(run.fork_state)}
 
     assert outs("train_asr_shared") == asr_outs(RunPaths(REPO, "asr_shared"))
+    # local.fork: shared -> one fork for every pair, from the shared ASR training's fork state and every
+    # pair's windows; each train_asr_local@<pair> copies it
+    fork = RunPaths(REPO, "asr_local_shared")
+    assert outs("train_asr_local_shared") == run_outs(fork)
+    assert {rel(RunPaths(REPO, "asr_shared").fork_state), "data/windows"} <= deps("train_asr_local_shared")
+    assert all(rel(layout.windows_dir(REPO, pair)).startswith("data/windows/") for pair in p.pairs)
     for pair in p.pairs:
         assert outs(f"train_asr@{pair}") == asr_outs(RunPaths(REPO, "asr", pair))
         assert rel(RunPaths(REPO, "asr", pair).fork_state) in deps(f"train_asr_local@{pair}")
         assert outs(f"train_asr_local@{pair}") == run_outs(RunPaths(REPO, "asr_local", pair))
+        assert {rel(fork.model), rel(fork.metrics), rel(fork.curves)} <= deps(f"train_asr_local@{pair}")
         for seed in p.seeds:
             assert outs(f"train_baseline@{pair}-{seed}") == run_outs(RunPaths(REPO, "baseline", pair, seed))
             assert outs(f"train_local@{pair}-{seed}") == run_outs(RunPaths(REPO, "local", pair, seed))

@@ -50,6 +50,9 @@ def test_repo_params_load() -> None:
     (lambda p: p["asr"].__setitem__("fork_updates", p["train_asr"]["max_updates"]),
      "asr.fork_updates: .* must be less than train_asr.max_updates"),
     (lambda p: p["local"].__setitem__("windows", [4]), "local.windows"),
+    (lambda p: p["local"].__setitem__("fork", "pooled"), "local.fork: expected one of"),
+    (lambda p: (p["local"].__setitem__("fork", "shared"), p["asr"].__setitem__("mode", "per_pair")),
+     "local.fork: shared needs asr.mode: shared"),
     # top-level typos stop like typos inside a section (there is no bag of unknown sections)
     (lambda p: p.__setitem__("analysys", p.pop("analysis")), "analysys"),
     (lambda p: p.__setitem__("health_check", {}), "health_check"),

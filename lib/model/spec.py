@@ -49,6 +49,27 @@ def validate_spec(spec: Sequence[dict], n_layers: int, *, key: str = "encoder_at
     return [dict(s) for s in spec]
 
 
+def widest_spec(specs: Sequence[Sequence[dict]], *, key: str = "encoder_attention") -> list[dict]:
+    """Per layer, the widest attention of several per-layer specs: ``full`` when any spec has full
+    attention there, else local with the largest window. ``local.fork: shared`` trains one ASR fork
+    for every pair with it, so that no pair's ST model gets more context in a layer than its
+    encoder was forked with: each pair's ST run only narrows windows. ValueError (naming ``key``)
+    for specs of different depths or a layer that is neither full nor local."""
+    if not specs:
+        raise ValueError(f"{key}: no specs to combine")
+    depths = {len(s) for s in specs}
+    if len(depths) != 1:
+        raise ValueError(f"{key}: specs of different depths {sorted(depths)}")
+    out: list[dict] = []
+    for i, layer in enumerate(zip(*specs)):
+        kinds = {s["type"] for s in layer}
+        if not kinds <= {"full", "local"}:
+            raise ValueError(f"{key}[{i}] (layer {i + 1}): only full or local layers combine, got {sorted(kinds)}")
+        out.append({"type": "full"} if "full" in kinds
+                   else {"type": "local", "window": max(int(s["window"]) for s in layer)})
+    return out
+
+
 def smoothing_spec(base: Sequence[dict], sdef: dict, n_layers: int, *, key: str = "smoothing") -> list[dict]:
     """Overlay a smoothing definition (specs/variants.md §1.3) on a per-layer encoder spec.
 

@@ -77,7 +77,11 @@ def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
                    "`train_asr_local`; same data, schedule and optimizer state, so both ASR models had the "
                    "same number of updates; a demo deviation"
                    + (f"; under `asr.mode: shared` it trains and is scored on {p.asr.shared_pair}'s data"
-                      if p.asr.mode == "shared" else "") + ").",
+                      if p.asr.mode == "shared" else "")
+                   + ("; `local.fork: shared`: one fork for every pair (stage `train_asr_local_shared`), per "
+                      "layer with the widest window of all pairs' windows, which each pair's ST run narrows "
+                      "to its own" if p.local.asr_pretraining == "fork" and p.local.fork == "shared" else "")
+                   + ").",
            "local": "the local model starts from an ASR model pretrained with the same local attention "
                     "(stage `train_asr_local`)."}[p.local.asr_pretraining]
         + " ASR WER (%) on tst-COMMON of each system's ASR model:\n",

@@ -38,7 +38,7 @@ from lib.data.dataset import SpeechDataset, first_batches
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf, wer
 from lib.io import atomic_write_bytes, atomic_write_json, atomic_write_text
-from lib.layout import RunPaths, windows_json
+from lib.layout import SHARED_SYSTEMS, RunPaths, windows_json
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config
 from lib.params import Params, TrainConfig
 from lib.precision import PROBE_BATCHES, configure_cuda, resolve_amp, resolve_train_amp
@@ -320,7 +320,7 @@ def spec_from_params(p: Params, root: Path, system: str, pair: str, seed: int | 
     d = p.decode
     test = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
     dev = BeamSearchConfig(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
-    if system == "asr_shared":  # one English ASR model for every pair (asr.mode: shared)
+    if system in SHARED_SYSTEMS:  # one model for every pair (asr.mode: shared; local.fork: shared)
         pair = p.asr.shared_pair
         paths, train_cfg, init = RunPaths(root, system), p.train_asr, None
     elif system in ("asr", "asr_local"):
@@ -361,6 +361,30 @@ def asr_fork_spec_from_params(p: Params, root: Path, pair: str, encoder_attentio
         spec.prepared_dir = root / p.data.prepared_dir / p.asr.shared_pair
     spec.start_from = RunPaths(root, "asr", pair).fork_state
     return spec
+
+
+def shared_fork_spec_from_params(p: Params, root: Path, encoder_attention: list[dict]) -> RunSpec:
+    """``local.fork: shared``: the one fork (system ``asr_local_shared``, runs/asr_local_shared) that
+    finishes the shared English ASR training (runs/asr_shared/fork.pt, ``asr.shared_pair``'s data)
+    with ``encoder_attention`` (:func:`shared_fork_attention`); every pair's asr_local is a copy of it.
+    Like :func:`asr_fork_spec_from_params`, but trained once instead of once per pair."""
+    spec = spec_from_params(p, root, "asr_local_shared", p.asr.shared_pair, encoder_attention=encoder_attention)
+    spec.start_from = RunPaths(root, "asr_shared").fork_state
+    return spec
+
+
+def shared_fork_attention(p: Params, root: Path) -> list[dict]:
+    """The encoder attention of the ``local.fork: shared`` fork: per layer the widest of every pair's
+    local-attention spec (:func:`local_encoder_attention`; ``local.windows`` when set, which is the
+    same for all pairs). ValueError names the missing windows file."""
+    from lib.model.spec import widest_spec
+
+    return widest_spec([local_encoder_attention(p, root, pair) for pair in p.pairs], key="local.fork: shared")
+
+
+def uses_shared_fork(p: Params) -> bool:
+    """Whether train_local's ASR models come from the one shared fork (stage train_asr_local_shared)."""
+    return p.local.asr_pretraining == "fork" and p.local.fork == "shared"
 
 
 def write_no_fork(paths: RunPaths) -> None:
@@ -439,21 +463,24 @@ def share_asr_run(src: RunPaths, dst: RunPaths) -> dict[str, Any]:
     return metrics
 
 
-def adopt_shared_asr(p: Params, root: Path, pair: str, *, progress: bool = True) -> dict[str, Any]:
+def adopt_shared_asr(p: Params, root: Path, pair: str, *, progress: bool = True, source: str = "asr_shared",
+                     system: str = "asr") -> dict[str, Any]:
     """``asr.mode: shared``: make runs/asr/<pair> the shared English ASR model (runs/asr_shared,
     trained on ``asr.shared_pair``): model.pt and training curves copied, its tst-COMMON
     hypotheses decoded on *this* pair's test audio (with the shared model's vocabulary) and scored
     against this pair's English references, so metrics/asr/<pair>.json is the shared model's WER
-    here. Written atomically."""
-    src = RunPaths(root, "asr_shared")
+    here. Written atomically. With ``source="asr_local_shared", system="asr_local"`` the same for
+    the one fork of ``local.fork: shared`` (no fork state is copied then: a fork has none)."""
+    src = RunPaths(root, source)
+    stage = {"asr_shared": "train_asr_shared", "asr_local_shared": "train_asr_local_shared"}[source]
     if not src.model.is_file():
-        raise FileNotFoundError(f"{src.model}: missing; it is written by the train_asr_shared stage")
+        raise FileNotFoundError(f"{src.model}: missing; it is written by the {stage} stage")
     state = ckpt.load(src.model)
     if "model" not in state:
-        raise ValueError(f"{src.model}: not a model (train_asr_shared ran with asr.mode: per_pair); "
-                         f"run `dvc repro train_asr_shared` again")
+        raise ValueError(f"{src.model}: not a model ({state.get('unused', 'a placeholder')}); "
+                         f"run `dvc repro {stage}` again")
     shared_metrics = json.loads(src.metrics.read_text(encoding="utf-8"))
-    spec = spec_from_params(p, root, "asr", pair)
+    spec = spec_from_params(p, root, system, pair)
     device = auto_device()
     amp = resolve_amp(spec.train.amp, device)
     model = S2TTransformer(ModelConfig.from_dict(state["model_config"])).to(device)
@@ -465,31 +492,39 @@ def adopt_shared_asr(p: Params, root: Path, pair: str, *, progress: bool = True)
     hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress, amp=amp)
     refs = [test_ds.reference(i) for i in range(len(test_ds))]
     _adopt_run(src, spec.paths, "".join(h + "\n" for h in hyps))
-    if src.fork_state.is_file():
-        atomic_write_bytes(spec.paths.fork_state, src.fork_state.read_bytes())
-    else:
-        write_no_fork(spec.paths)
+    if system == "asr":  # an ASR run keeps a fork state (or its placeholder); a fork does not
+        if src.fork_state.is_file():
+            atomic_write_bytes(spec.paths.fork_state, src.fork_state.read_bytes())
+        else:
+            write_no_fork(spec.paths)
     write_decoded(spec.paths, spec.test_split, hyps, refs)
     metrics = {**score("asr", hyps, refs), "asr_mode": "shared", "trained_on": p.asr.shared_pair,
                "dev_best": shared_metrics.get("dev_best"), "updates": shared_metrics.get("updates"),
                "sentences": len(hyps), "params": model.num_parameters(),
                "precision": shared_metrics.get("precision"), "decode_precision": amp}
+    if source == "asr_local_shared":
+        metrics.update({k: shared_metrics[k] for k in ("asr_pretraining", "fork", "forked_at", "windows")
+                        if k in shared_metrics})
     atomic_write_json(spec.paths.metrics, metrics)
     atomic_write_json(spec.paths.timing, {"train_seconds": 0.0, "decode_seconds": round(time.perf_counter() - t0, 1)})
     return metrics
 
 
-def write_unused_shared_asr(root: Path) -> dict[str, Any]:
+def write_unused_shared_asr(root: Path, system: str = "asr_shared", why: str | None = None,
+                            metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """``asr.mode: per_pair``: train_asr_shared has nothing to train; it writes placeholders for its
-    outputs (a model.pt with no weights that names the mode) so the DVC graph is the same in both modes."""
-    paths = RunPaths(root, "asr_shared")
+    outputs (a model.pt with no weights that names the mode) so the DVC graph is the same in both modes.
+    ``system="asr_local_shared"`` (with ``why`` and ``metrics``): the same for train_asr_local_shared
+    when ``local.fork`` is not ``shared`` (no fork-state output there)."""
+    paths = RunPaths(root, system)
     paths.run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt.save(paths.model, {"unused": "asr.mode is per_pair: every pair trains its own ASR model (train_asr)"})
+    ckpt.save(paths.model, {"unused": why or "asr.mode is per_pair: every pair trains its own ASR model (train_asr)"})
     write_decoded(paths, "tst-COMMON", [], [])
     copy_curves(None, paths.curves)  # no curves: an empty folder
-    write_no_fork(paths)
+    if system == "asr_shared":
+        write_no_fork(paths)
     atomic_write_json(paths.timing, {"train_seconds": 0.0, "decode_seconds": 0.0})
-    metrics = {"asr_mode": "per_pair"}
+    metrics = metrics if metrics is not None else {"asr_mode": "per_pair"}
     atomic_write_json(paths.metrics, metrics)
     return metrics
 

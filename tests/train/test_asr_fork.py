@@ -3,6 +3,7 @@ run finishes that training with another encoder attention (lib/train/run.py, lib
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -149,3 +150,74 @@ def test_fork_spec_continues_the_pairs_asr_training(tmp_path: Path, mode: str) -
     # the data the forked run was trained on: the shared model's (en-de) or the pair's own
     assert spec.prepared_dir == tmp_path / "data/prepared" / ("en-de" if mode == "shared" else "en-it")
     assert spec.train == p.train_asr and spec.encoder_attention == LOCAL
+
+
+def _shared_fork_params(root: Path):
+    return SimpleNamespace(
+        pairs=["en-de", "en-es"],
+        model=SimpleNamespace(size="tiny", overrides={}),
+        local=SimpleNamespace(windows=[], asr_pretraining="fork", fork="shared"),
+        analysis=SimpleNamespace(full_layers=1),
+        asr=SimpleNamespace(mode="shared", shared_pair="en-de", fork_updates=2),
+        decode=SimpleNamespace(beam=2, len_penalty=1.0, max_len_a=0.0, max_len_b=8, batch_frames=2000,
+                               final_checkpoint="last", dev_sentences=2),
+        train_asr=TrainConfig(**TRAIN), train_st=None,
+        data=SimpleNamespace(prepared_dir="data/prepared"),
+    )
+
+
+@pytest.mark.slow
+def test_one_shared_fork_with_the_widest_windows_serves_every_pair(prepared: Path, tmp_path: Path) -> None:
+    """local.fork: shared -- the shared ASR training is forked once, with per layer the widest window of
+    the pairs' windows, and every pair's asr_local is that model, scored on the pair's own test set."""
+    from lib.train.run import (adopt_shared_asr, shared_fork_attention, shared_fork_spec_from_params,
+                               spec_from_params, uses_shared_fork)
+
+    p = _shared_fork_params(tmp_path)
+    assert uses_shared_fork(p)
+    for pair in p.pairs:  # the tiny corpus stands in for both pairs' data
+        (tmp_path / "data/prepared").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data/prepared" / pair).symlink_to(prepared)
+    asr = spec_from_params(p, tmp_path, "asr_shared", None)
+    asr.fork_at = 2
+    run(asr, progress=False)
+    with pytest.raises(ValueError, match="windows/en-de/windows.json: missing"):
+        shared_fork_attention(p, tmp_path)
+    for pair, window in (("en-de", 1), ("en-es", 3)):
+        path = tmp_path / "data/windows" / pair / "windows.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"encoder_attention": [{"type": "full"}, {"type": "local", "window": window}]}))
+    attention = shared_fork_attention(p, tmp_path)
+    assert attention == [{"type": "full"}, {"type": "local", "window": 3}]
+
+    spec = shared_fork_spec_from_params(p, tmp_path, attention)
+    assert spec.paths.run_dir == tmp_path / "runs/asr_local_shared"
+    assert spec.start_from == tmp_path / "runs/asr_shared/fork.pt" and spec.prepared_dir.name == "en-de"
+    fork_metrics = run(spec, progress=False)
+    assert fork_metrics["updates"] == TRAIN["max_updates"]
+    fork = ckpt.load(spec.paths.model)
+    assert fork["model_config"]["encoder_attention"] == attention
+    base = ckpt.load(RunPaths(tmp_path, "asr_shared").model)["model"]
+    assert any(not torch.equal(base[k], v) for k, v in fork["model"].items())
+    spec.paths.metrics.write_text(json.dumps({**fork_metrics, "asr_pretraining": "fork", "fork": "shared",
+                                              "forked_at": 2, "windows": [0, 3]}))
+    for pair in p.pairs:
+        m = adopt_shared_asr(p, tmp_path, pair, progress=False, source="asr_local_shared", system="asr_local")
+        dst = RunPaths(tmp_path, "asr_local", pair)
+        assert dst.model.read_bytes() == spec.paths.model.read_bytes()
+        assert not dst.fork_state.exists()  # a fork keeps no fork state of its own
+        assert m["fork"] == "shared" and m["forked_at"] == 2 and m["windows"] == [0, 3] and "wer" in m
+        assert json.loads(dst.metrics.read_text()) == m
+        assert len(dst.hyps().read_text().splitlines()) == len(dst.refs().read_text().splitlines()) > 0
+
+
+def test_adopting_a_placeholder_fork_is_a_clear_error(tmp_path: Path) -> None:
+    from lib.train.run import adopt_shared_asr, write_unused_shared_asr
+
+    p = _shared_fork_params(tmp_path)
+    with pytest.raises(FileNotFoundError, match="runs/asr_local_shared/model.pt: missing; .* train_asr_local_shared"):
+        adopt_shared_asr(p, tmp_path, "en-es", source="asr_local_shared", system="asr_local")
+    write_unused_shared_asr(tmp_path, "asr_local_shared", "local.fork is per_pair", {"local_fork": "unused"})
+    assert not RunPaths(tmp_path, "asr_local_shared").fork_state.exists()
+    with pytest.raises(ValueError, match=r"not a model \(local.fork is per_pair\).*dvc repro train_asr_local_shared"):
+        adopt_shared_asr(p, tmp_path, "en-es", source="asr_local_shared", system="asr_local")

@@ -31,3 +31,21 @@ def test_probe_with_ctc_runs_the_asr_objective(prepared: Path) -> None:
     cfg = model_config("tiny", vocab_size=ds.vocab_size, ctc_vocab_size=ds.vocab_size).to_dict()
     t = precision.probe_step_times(cfg, batches, ctc_weight=0.3)
     assert t["none"] > 0 and t["bf16"] > 0
+
+
+def test_probe_times_each_batch_in_both_precisions_back_to_back(prepared: Path, monkeypatch) -> None:
+    """Interleaved, with alternating order: a load that comes and goes hits fp32 and bf16 alike
+    (timed in blocks, a test run beside the probe once made fp32 look 1.47x slower than bf16)."""
+    ds = SpeechDataset(prepared, "train", "st")
+    batches = [collate(ds, idx) for idx in batch_by_frames(ds.n_frames, 200, shuffle=False)[:5]]
+    cfg = model_config("tiny", vocab_size=ds.vocab_size).to_dict()
+    seen: list[str] = []
+    real = precision.autocast
+
+    def recording(device, amp):
+        seen.append(amp)
+        return real(device, amp)
+
+    monkeypatch.setattr(precision, "autocast", recording)
+    precision.probe_step_times(cfg, batches)
+    assert seen == ["bf16", "none", "none", "bf16", "bf16", "none", "none", "bf16", "bf16", "none"]
