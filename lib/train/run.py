@@ -523,6 +523,8 @@ def write_unused_shared_asr(root: Path, system: str = "asr_shared", why: str | N
     copy_curves(None, paths.curves)  # no curves: an empty folder
     if system == "asr_shared":
         write_no_fork(paths)
+    else:  # a curve with no rows: git keeps no empty folder, and a fresh clone must find the output
+        atomic_write_text(paths.curves / "train" / "loss.tsv", "step\tloss\n")
     atomic_write_json(paths.timing, {"train_seconds": 0.0, "decode_seconds": 0.0})
     metrics = metrics if metrics is not None else {"asr_mode": "per_pair"}
     atomic_write_json(paths.metrics, metrics)

@@ -219,5 +219,7 @@ def test_adopting_a_placeholder_fork_is_a_clear_error(tmp_path: Path) -> None:
         adopt_shared_asr(p, tmp_path, "en-es", source="asr_local_shared", system="asr_local")
     write_unused_shared_asr(tmp_path, "asr_local_shared", "local.fork is per_pair", {"local_fork": "unused"})
     assert not RunPaths(tmp_path, "asr_local_shared").fork_state.exists()
+    # its curves folder holds a row-less curve (a folder git can keep, that `dvc plots show` reads)
+    assert (RunPaths(tmp_path, "asr_local_shared").curves / "train/loss.tsv").read_text() == "step\tloss\n"
     with pytest.raises(ValueError, match=r"not a model \(local.fork is per_pair\).*dvc repro train_asr_local_shared"):
         adopt_shared_asr(p, tmp_path, "en-es", source="asr_local_shared", system="asr_local")
