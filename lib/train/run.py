@@ -520,11 +520,12 @@ def write_unused_shared_asr(root: Path, system: str = "asr_shared", why: str | N
     paths.run_dir.mkdir(parents=True, exist_ok=True)
     ckpt.save(paths.model, {"unused": why or "asr.mode is per_pair: every pair trains its own ASR model (train_asr)"})
     write_decoded(paths, "tst-COMMON", [], [])
-    copy_curves(None, paths.curves)  # no curves: an empty folder
+    copy_curves(None, paths.curves)
+    # a curve with no rows, not an empty folder: git keeps no empty folder, and a fresh clone must
+    # find this (git-tracked) plots output or DVC reports the stage as changed
+    atomic_write_text(paths.curves / "train" / "loss.tsv", "step\tloss\n")
     if system == "asr_shared":
         write_no_fork(paths)
-    else:  # a curve with no rows: git keeps no empty folder, and a fresh clone must find the output
-        atomic_write_text(paths.curves / "train" / "loss.tsv", "step\tloss\n")
     atomic_write_json(paths.timing, {"train_seconds": 0.0, "decode_seconds": 0.0})
     metrics = metrics if metrics is not None else {"asr_mode": "per_pair"}
     atomic_write_json(paths.metrics, metrics)
