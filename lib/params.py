@@ -138,6 +138,7 @@ LOWER_IS_BETTER = {"loss": True, "nll": True, "wer": True, "bleu": False, "chrf"
 AMP_MODES = ("none", "bf16", "fp16", "auto")
 #: Where the value bias b_V goes in Eq. 3 (lib/analysis/contributions.py).
 VALUE_BIAS_MODES = ("bias", "token")
+LR_SCHEDULERS = ("inverse_sqrt", "polynomial_decay")
 
 
 @dataclass
@@ -146,6 +147,9 @@ class TrainConfig:
 
     seed: int = 1
     lr: float = 2e-3  # paper: 1e-3 ASR, 2e-3 ST
+    # fairseq's lr schedulers: inverse_sqrt (the paper) | polynomial_decay (power 1: linear from lr
+    # after the warm-up down to 0 at max_updates; lib.train.objectives.learning_rate)
+    lr_scheduler: str = "inverse_sqrt"
     warmup_updates: int = 10000  # paper: 10000
     warmup_init_lr: float = 1e-7
     max_updates: int = 50000  # paper: 50000
@@ -181,6 +185,8 @@ class TrainConfig:
             raise ValueError(f"{prefix}.best_metric must be one of {sorted(LOWER_IS_BETTER)}, got {self.best_metric!r}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"{prefix}.amp must be one of {list(AMP_MODES)}, got {self.amp!r}")
+        if self.lr_scheduler not in LR_SCHEDULERS:
+            raise ValueError(f"{prefix}.lr_scheduler must be one of {list(LR_SCHEDULERS)}, got {self.lr_scheduler!r}")
         for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",
                      "warmup_updates", "pad_frames_to", "pad_tokens_to"):
             if getattr(self, name) < 1:

@@ -13,8 +13,8 @@ Shared by training (lib/train/loop.py) and decoding (lib/decode/beam_search.py).
   times training steps of the run's own model on its first training batches in both precisions,
   each batch shape new to each precision as in a real run (oneDNN compiles and caches a bf16
   kernel per shape: repeated or synthetic equal-length batches flatter bf16), keeps
-  bf16 only when it is at least 10 % faster (fp32 is the more accurate one, so it wins ties and
-  near-ties: the probe's run-to-run noise is a few per cent).
+  bf16 only when the median of its per-batch speedups is at least 15 % (fp32 is the more accurate
+  one, so it wins ties and near-ties; the median, because single steps on 2 cores vary 0.8-1.6x).
   The answer is cached under ``~/.cache/locality-st/precision/`` (``LOCALITY_ST_CACHE`` moves
   it), keyed by CPU model, torch version, thread count, model and batch size, so every run on a
   machine gets the same answer: same seed, same machine, same metrics. Runs record the precision
@@ -24,7 +24,6 @@ Shared by training (lib/train/loop.py) and decoding (lib/decode/beam_search.py).
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import json
 import os
@@ -40,6 +39,13 @@ import torch
 from lib.params import AMP_MODES
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+# oneDNN keeps the kernels it builds per shape in a cache of 1024 by default. A bf16 training run on
+# CPU sees new batch shapes every update and fills it within ~30 updates; from then on it rebuilds
+# evicted kernels: ST bf16 steps went from 177 to 211-223 ms after update 32 (fp32 steady at 168;
+# 2-core Xeon with AMX, demo model), and at 16384 stayed at 172-180 ms. Read by oneDNN when it builds
+# its first kernel, so set at import, before any training; the environment variable overrides it.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16384")
 
 
 def cpu_has_bf16() -> bool:
@@ -91,8 +97,16 @@ def autocast(device: torch.device, amp: str):
     return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
-BF16_MIN_SPEEDUP = 1.10  # bf16 must beat fp32 by this factor to be chosen for training (10 %: clearly, not by noise)
-PROBE_BATCHES = 9  # distinct training batches of the probe: 1 warm-up + 8 timed, each in both precisions
+# bf16 must beat fp32 by this factor (the probe's median) to be chosen for training: clearly, not by
+# noise, and by more than bf16 loses later in a long run (ASR bf16 steps: 275-281 ms over updates 1-32,
+# 325-338 ms over 49-64; fp32 steady at 295; 2-core Xeon with AMX). The AMD EPYC's 1.66x passes.
+BF16_MIN_SPEEDUP = 1.15
+PROBE_BATCHES = 17  # distinct training batches of the probe: 1 warm-up + 16 timed, each in both precisions
+# Version of the probe's method, part of the cache key: a cached answer of an older probe is measured again.
+# 2 (2026-11-25): each precision in its own process, the median of per-batch speedups over 16 batches
+# (1: both precisions interleaved in one process, the ratio of the mean step times over 8 batches: it
+# picked bf16 for ST at 1.12-1.18x, and those runs trained 0.82x as fast as fp32 ones).
+PROBE_VERSION = 2
 
 
 def cache_dir() -> Path:
@@ -111,45 +125,78 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def probe_step_times(model_config: dict[str, Any], batches: list, ctc_weight: float = 0.0) -> dict[str, float]:
-    """Mean seconds of one training step (forward, backward, fused Adam) of a fresh model built from
-    ``model_config`` (``ModelConfig.to_dict()``) on ``batches`` (collated ``Batch``es of the run's
-    own training data, all different), in fp32 (``none``) and bf16 autocast.
+def _batch_to_dict(batch: Any) -> dict[str, Any]:
+    return {k: getattr(batch, k) for k in ("ids", "feats", "feat_lengths", "prev_tokens", "target", "target_lengths",
+                                           "src_texts", "tgt_texts", "task")}
 
-    Measured as a run experiences it: every precision sees every batch shape once. oneDNN builds
-    a bf16 kernel per new shape and caches it, so repeating batches flatters bf16 (on a 2-core
-    Xeon with AMX, ST batches seen before: bf16 1.16x faster than fp32; new batches, as in a
-    real run: 0.9x). ``batches[0]`` warms up both precisions; every other batch is timed in both
-    precisions back to back, fp32 first on odd batches and bf16 first on even ones, so that
-    another process's load, which comes and goes within seconds, hits both alike. (Timed in two
-    blocks, all fp32 steps then all bf16 steps, a test run started beside the probe once made
-    fp32 look 1.47x slower than bf16 while on quiet cores bf16 was 0.89x as fast; the answer is
-    cached for the machine.) Runs under ``torch.random.fork_rng``: the caller's RNG state is
-    untouched."""
+
+def time_training_steps(model_config: dict[str, Any], batches: list, amp: str, ctc_weight: float = 0.0) -> list[float]:
+    """Seconds of each training step (forward, backward, fused Adam) of a fresh model built from
+    ``model_config`` on ``batches``, in ``amp``, in this process; ``batches[0]``'s step is the warm-up
+    and is not returned. Under ``torch.random.fork_rng``: the caller's RNG state is untouched."""
     from lib.model.s2t_transformer import ModelConfig, S2TTransformer
     from lib.train.loop import Criterion
 
-    if len(batches) < 3:
-        raise ValueError(f"the precision probe needs at least 3 training batches, got {len(batches)}")
+    steps = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        base = S2TTransformer(ModelConfig(**model_config)).train()
-        models = {amp: copy.deepcopy(base) for amp in ("none", "bf16")}
-        crits = {amp: Criterion(m, 0.1, ctc_weight) for amp, m in models.items()}
-        opts = {amp: torch.optim.Adam(m.parameters(), lr=1e-5, fused=True) for amp, m in models.items()}
-        totals = {"none": 0.0, "bf16": 0.0}
-        timed = 2 * ((len(batches) - 1) // 2)  # an even count: each order equally often
-        for i, batch in enumerate(batches[:1 + timed]):
-            for amp in (("none", "bf16") if i % 2 else ("bf16", "none")):
-                t0 = time.perf_counter()
-                with autocast(torch.device("cpu"), amp):
-                    loss, _ = crits[amp](batch)
-                opts[amp].zero_grad()
-                loss.backward()
-                opts[amp].step()
-                if i > 0:  # batch 0 is the warm-up
-                    totals[amp] += time.perf_counter() - t0
-    return {amp: t / timed for amp, t in totals.items()}
+        model = S2TTransformer(ModelConfig(**model_config)).train()
+        crit = Criterion(model, 0.1, ctc_weight)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-5, fused=True)
+        for i, batch in enumerate(batches):
+            t0 = time.perf_counter()
+            with autocast(torch.device("cpu"), amp):
+                loss, _ = crit(batch)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i > 0:
+                steps.append(time.perf_counter() - t0)
+    return steps
+
+
+def _child_step_times(model_config: dict[str, Any], batches: list, amp: str, ctc_weight: float) -> list[float]:
+    """:func:`time_training_steps` in a fresh Python process (``python -m lib.precision``), as a
+    training stage runs: nothing of the other precision in it. Same thread count as this process."""
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="amp-probe-") as tmp:
+        job = Path(tmp) / "job.pt"
+        torch.save({"model_config": model_config, "amp": amp, "ctc_weight": float(ctc_weight),
+                    "threads": torch.get_num_threads(), "batches": [_batch_to_dict(b) for b in batches]}, job)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        out = subprocess.run([sys.executable, "-m", "lib.precision", str(job)], cwd=root, env=env,
+                             capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"the amp probe's {amp} process failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def probe_step_times(model_config: dict[str, Any], batches: list, ctc_weight: float = 0.0) -> dict[str, float]:
+    """Mean seconds of one training step (forward, backward, fused Adam) of a fresh model built from
+    ``model_config`` (``ModelConfig.to_dict()``) on ``batches`` (collated ``Batch``es of the run's
+    own training data, all different), in fp32 (``none``) and bf16 autocast, and ``speedup``: the
+    median over the timed batches of fp32 time / bf16 time of the same batch, which decides.
+
+    Measured as a run experiences it (all on a 2-core Xeon with AMX, demo model):
+    - Every precision sees every batch shape once. oneDNN builds a bf16 kernel per new shape and
+      caches it, so repeated batches flatter bf16 (ST batches seen before: bf16 1.16x faster than
+      fp32; new batches, as in a real run: 0.9x).
+    - Each precision in its own fresh process (:func:`_child_step_times`), fp32 first. In one
+      process, bf16 steps slow the fp32 steps after them: ASR fp32 296 ms per step before any bf16
+      step, 333 ms after bf16 ones; interleaved per batch, the probe measured bf16 1.12-1.21x
+      faster where separate processes measured 1.07x.
+    - The median of per-batch ratios: single steps vary 0.8-1.6x on 2 cores (an allocator or
+      scheduler hiccup); the ratio of the means over 8 batches once followed such steps to bf16
+      at 1.12-1.18x for ST runs that then trained 0.82x as fast as fp32 ones.
+    ``batches[0]`` is each process's warm-up."""
+    if len(batches) < 3:
+        raise ValueError(f"the precision probe needs at least 3 training batches, got {len(batches)}")
+    steps = {amp: _child_step_times(model_config, batches, amp, ctc_weight) for amp in ("none", "bf16")}
+    return {"none": statistics.fmean(steps["none"]), "bf16": statistics.fmean(steps["bf16"]),
+            "speedup": statistics.median(f / b for f, b in zip(steps["none"], steps["bf16"]))}
 
 
 def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, Any], max_frames: int,
@@ -165,7 +212,7 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
     if amp != "auto" or device.type != "cpu" or resolved != "bf16":
         return resolved
     ident = {"cpu": _cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-             "model": model_config, "max_frames": int(max_frames),
+             "probe": PROBE_VERSION, "model": model_config, "max_frames": int(max_frames),
              "ctc_weight": float(ctc_weight), "data": data_id}
     if tuple(pad_to) != (1, 1):  # (only when set: the caches of unpadded runs keep their keys)
         ident["pad_to"] = [int(x) for x in pad_to]
@@ -200,12 +247,27 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
                   "measure; not cached)", file=sys.stderr)
             return "bf16"
         t = probe_step_times(model_config, batches, ctc_weight)
-        choice = "bf16" if t["none"] >= BF16_MIN_SPEEDUP * t["bf16"] else "none"
+        choice = "bf16" if t["speedup"] >= BF16_MIN_SPEEDUP else "none"
         record = {"ident": ident, "choice": choice, "fp32_ms": 1e3 * t["none"], "bf16_ms": 1e3 * t["bf16"],
-                  "min_speedup": BF16_MIN_SPEEDUP}
+                  "median_speedup": t["speedup"], "min_speedup": BF16_MIN_SPEEDUP}
         from lib.io import atomic_write_json
         atomic_write_json(path, record)
     print(f"precision (amp: auto, training): {choice} (fp32 {record['fp32_ms']:.0f} ms vs bf16 "
-          f"{record['bf16_ms']:.0f} ms per step, {t['none'] / t['bf16']:.2f}x; bf16 needs >= {BF16_MIN_SPEEDUP}x; "
+          f"{record['bf16_ms']:.0f} ms per step on average, median speedup {t['speedup']:.2f}x; bf16 needs >= "
+          f"{BF16_MIN_SPEEDUP}x; "
           f"cached in {path})", file=sys.stderr)
     return choice
+
+
+def _probe_child(job_path: str) -> None:
+    """Entry of :func:`_child_step_times`' process: prints the step times as one JSON line."""
+    from lib.data.dataset import Batch
+
+    job = torch.load(job_path, weights_only=True)
+    torch.set_num_threads(job["threads"])
+    batches = [Batch(**b) for b in job["batches"]]
+    print(json.dumps(time_training_steps(job["model_config"], batches, job["amp"], job["ctc_weight"])))
+
+
+if __name__ == "__main__":
+    _probe_child(sys.argv[1])

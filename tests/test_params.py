@@ -50,6 +50,7 @@ def test_repo_params_load() -> None:
     (lambda p: p["asr"].__setitem__("fork_updates", p["train_asr"]["max_updates"]),
      "asr.fork_updates: .* must be less than train_asr.max_updates"),
     (lambda p: p["local"].__setitem__("windows", [4]), "local.windows"),
+    (lambda p: p["train_st"].__setitem__("lr_scheduler", "cosine"), "train_st.lr_scheduler must be one of"),
     (lambda p: p["local"].__setitem__("fork", "pooled"), "local.fork: expected one of"),
     (lambda p: (p["local"].__setitem__("fork", "shared"), p["asr"].__setitem__("mode", "per_pair")),
      "local.fork: shared needs asr.mode: shared"),

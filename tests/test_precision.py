@@ -42,7 +42,7 @@ def _fake_probe(monkeypatch, fp32: float, bf16: float) -> list[int]:
 
     def probe(model_config, batches, ctc_weight=0.0):
         calls.append(1)
-        return {"none": fp32, "bf16": bf16}
+        return {"none": fp32, "bf16": bf16, "speedup": fp32 / bf16}
 
     monkeypatch.setattr(precision, "probe_step_times", probe)
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)

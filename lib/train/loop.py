@@ -40,7 +40,7 @@ from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig r
 from lib.precision import autocast, configure_cuda, resolve_amp
 from lib.train import checkpoint as ckpt
 from lib.model.attention import set_head_selection_tau
-from lib.train.objectives import HeadSelectionTraining, ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss
+from lib.train.objectives import HeadSelectionTraining, ctc_loss, label_smoothed_nll_loss, learning_rate
 
 
 
@@ -427,7 +427,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             scaler.unscale_(optimizer)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm))
             # fairseq sets the lr for update k from k - 1 completed updates (update 1 runs at warmup_init_lr).
-            lr = inverse_sqrt_lr(st.update, cfg.lr, cfg.warmup_updates, cfg.warmup_init_lr)
+            lr = learning_rate(st.update, cfg.lr_scheduler, cfg.lr, cfg.warmup_updates, cfg.max_updates,
+                               cfg.warmup_init_lr)
             for g in optimizer.param_groups:
                 g["lr"] = lr
             scaler.step(optimizer)

@@ -48,6 +48,27 @@ def inverse_sqrt_lr(update: int, lr: float, warmup_updates: int, warmup_init_lr:
     return lr * math.sqrt(warmup_updates / max(update, 1))
 
 
+def polynomial_decay_lr(update: int, lr: float, warmup_updates: int, max_updates: int,
+                        warmup_init_lr: float = 1e-7) -> float:
+    """fairseq's ``polynomial_decay`` with power 1 and ``end_learning_rate`` 0: the same linear warm-up
+    as :func:`inverse_sqrt_lr`, then a straight line from ``lr`` down to 0 at ``max_updates``. A short
+    run ends at a small step size instead of ``lr * sqrt(warmup / max_updates)``, so its last snapshots
+    (and their average) settle instead of jumping with the last batches."""
+    if update < warmup_updates:
+        return warmup_init_lr + (lr - warmup_init_lr) * update / warmup_updates
+    return lr * max(max_updates - update, 0) / max(max_updates - warmup_updates, 1)
+
+
+def learning_rate(update: int, scheduler: str, lr: float, warmup_updates: int, max_updates: int,
+                  warmup_init_lr: float = 1e-7) -> float:
+    """The lr of the update after ``update`` completed ones under ``scheduler`` (``TrainConfig.lr_scheduler``)."""
+    if scheduler == "inverse_sqrt":
+        return inverse_sqrt_lr(update, lr, warmup_updates, warmup_init_lr)
+    if scheduler == "polynomial_decay":
+        return polynomial_decay_lr(update, lr, warmup_updates, max_updates, warmup_init_lr)
+    raise ValueError(f"unknown lr_scheduler {scheduler!r} (inverse_sqrt | polynomial_decay)")
+
+
 def head_selection_tau(update: int, tau_start: float = 5.0, tau_end: float = 5.0, anneal_updates: int = 0) -> float:
     """Temperature of the head-selection Gumbel-sigmoid after ``update`` completed updates
     (specs/variants.md §2.3 "Temperature"): τ(u) = max(τ_end, τ_start · (τ_end / τ_start)^(u / U)),

@@ -61,7 +61,7 @@ def test_padding_is_part_of_the_probe_cache_key(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(precision, "resolve_amp", lambda amp, device: "bf16")
     calls: list[int] = []
     monkeypatch.setattr(precision, "probe_step_times",
-                        lambda cfg, batches, ctc_weight=0.0: calls.append(1) or {"none": 2.0, "bf16": 1.0})
+                        lambda cfg, batches, ctc_weight=0.0: calls.append(1) or {"none": 2.0, "bf16": 1.0, "speedup": 2.0})
 
     def resolve(pad_to: tuple[int, int]) -> str:
         return precision.resolve_train_amp("auto", torch.device("cpu"), {"d_model": 16}, 400,

@@ -256,7 +256,7 @@ def test_resumed_train_loads_last_pt_once(prepared: Path, tmp_path: Path, monkey
     import lib.train.loop as loop
 
     overrides = {"max_updates": 4, "save_every": 2, "eval_every": 2}
-    real_lr = loop.inverse_sqrt_lr
+    real_lr = loop.learning_rate
 
     def lr(update: int, *args, **kwargs) -> float:
         if update == 2:  # the lr of update 3
@@ -264,7 +264,7 @@ def test_resumed_train_loads_last_pt_once(prepared: Path, tmp_path: Path, monkey
         return real_lr(update, *args, **kwargs)
 
     for out in (tmp_path / "a", tmp_path / "b"):
-        monkeypatch.setattr(loop, "inverse_sqrt_lr", lr)
+        monkeypatch.setattr(loop, "learning_rate", lr)
         with pytest.raises(_Interrupt):
             _driver.run_training(prepared, out, train_overrides=overrides)
         monkeypatch.undo()

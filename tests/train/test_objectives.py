@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lib.train.objectives import ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss
+from lib.train.objectives import ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss, learning_rate, polynomial_decay_lr
 
 PAD = 1
 
@@ -32,6 +32,24 @@ def test_inverse_sqrt_peak_and_decay() -> None:
     # continuous at the end of warm-up
     assert inverse_sqrt_lr(warm - 1, lr, warm) == pytest.approx(lr, rel=2e-4)
     assert inverse_sqrt_lr(warm + 1, lr, warm) < lr
+
+
+def test_polynomial_decay_shares_the_warmup_then_falls_linearly_to_zero() -> None:
+    lr, warm, total, init = 1.5e-3, 60, 270, 1e-7
+    for u in range(warm):
+        assert polynomial_decay_lr(u, lr, warm, total, init) == inverse_sqrt_lr(u, lr, warm, init)
+    assert polynomial_decay_lr(warm, lr, warm, total, init) == pytest.approx(lr, rel=1e-12)
+    assert polynomial_decay_lr(165, lr, warm, total, init) == pytest.approx(lr / 2, rel=1e-12)  # halfway
+    assert polynomial_decay_lr(269, lr, warm, total, init) == pytest.approx(lr / 210, rel=1e-12)  # last update
+    assert polynomial_decay_lr(total, lr, warm, total, init) == 0.0
+    assert polynomial_decay_lr(total + 5, lr, warm, total, init) == 0.0  # never negative
+
+
+def test_learning_rate_dispatches_on_the_scheduler_name() -> None:
+    assert learning_rate(100, "inverse_sqrt", 1e-3, 10, 200) == inverse_sqrt_lr(100, 1e-3, 10)
+    assert learning_rate(100, "polynomial_decay", 1e-3, 10, 200) == polynomial_decay_lr(100, 1e-3, 10, 200)
+    with pytest.raises(ValueError, match="lr_scheduler 'cosine'"):
+        learning_rate(100, "cosine", 1e-3, 10, 200)
 
 
 # ----------------------------------------------------------------------------- label smoothing

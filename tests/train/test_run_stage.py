@@ -122,14 +122,14 @@ def test_interrupted_stage_resumes_without_duplicate_dvclive_rows(prepared: Path
 
     import lib.train.loop as loop
 
-    real_lr = loop.inverse_sqrt_lr
+    real_lr = loop.learning_rate
 
     def lr(update: int, *args, **kwargs) -> float:
         if update == 3:  # the lr of update 4 is computed from 3 completed updates
             raise _Interrupt
         return real_lr(update, *args, **kwargs)
 
-    monkeypatch.setattr(loop, "inverse_sqrt_lr", lr)
+    monkeypatch.setattr(loop, "learning_rate", lr)
     with pytest.raises(_Interrupt):
         run(_spec("asr", prepared, tmp_path / "cut"), progress=False)
     monkeypatch.undo()
