@@ -107,6 +107,9 @@ PROBE_BATCHES = 17  # distinct training batches of the probe: 1 warm-up + 16 tim
 # (1: both precisions interleaved in one process, the ratio of the mean step times over 8 batches: it
 # picked bf16 for ST at 1.12-1.18x, and those runs trained 0.82x as fast as fp32 ones).
 PROBE_VERSION = 2
+# Fewer training batches than this (1 warm-up + 8 timed): a toy set, too small for a median that
+# means anything; the run keeps the CPU-flag answer (bf16 where the CPU has it), uncached.
+PROBE_MIN_BATCHES = 9
 
 
 def cache_dir() -> Path:
@@ -242,20 +245,21 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
         print("precision (amp: auto, training): timing fp32 and bf16 training steps on this CPU (once per "
               "machine, model, data and batch size) ...", file=sys.stderr)
         batches = probe_batches()
-        if len(batches) < 3:  # a toy training set: nothing to measure, keep the CPU-flag answer
+        if len(batches) < PROBE_MIN_BATCHES:  # a toy training set: nothing to measure, keep the CPU-flag answer
             print(f"precision (amp: auto, training): bf16 (only {len(batches)} training batches: too few to "
                   "measure; not cached)", file=sys.stderr)
             return "bf16"
+        started = time.perf_counter()
         t = probe_step_times(model_config, batches, ctc_weight)
         choice = "bf16" if t["speedup"] >= BF16_MIN_SPEEDUP else "none"
         record = {"ident": ident, "choice": choice, "fp32_ms": 1e3 * t["none"], "bf16_ms": 1e3 * t["bf16"],
-                  "median_speedup": t["speedup"], "min_speedup": BF16_MIN_SPEEDUP}
+                  "median_speedup": t["speedup"], "min_speedup": BF16_MIN_SPEEDUP,
+                  "probe_seconds": round(time.perf_counter() - started, 1)}
         from lib.io import atomic_write_json
         atomic_write_json(path, record)
     print(f"precision (amp: auto, training): {choice} (fp32 {record['fp32_ms']:.0f} ms vs bf16 "
           f"{record['bf16_ms']:.0f} ms per step on average, median speedup {t['speedup']:.2f}x; bf16 needs >= "
-          f"{BF16_MIN_SPEEDUP}x; "
-          f"cached in {path})", file=sys.stderr)
+          f"{BF16_MIN_SPEEDUP}x; measured in {record['probe_seconds']} s, cached in {path})", file=sys.stderr)
     return choice
 
 

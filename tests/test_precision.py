@@ -34,7 +34,8 @@ def test_autocast_context_matches_the_precision():
 # --- amp: auto for training: measured once per machine, model and data, then cached -------------
 
 def _three() -> list[int]:
-    return [0, 1, 2]  # stands for three training batches (the fake probe never looks at them)
+    # stands for enough training batches to measure (the fake probe never looks at them)
+    return list(range(precision.PROBE_MIN_BATCHES))
 
 
 def _fake_probe(monkeypatch, fp32: float, bf16: float) -> list[int]:
@@ -59,6 +60,15 @@ def test_train_amp_auto_keeps_bf16_only_when_clearly_faster(monkeypatch, tmp_pat
     assert precision.resolve_train_amp("auto", cpu, cfg, 200, probe_batches=_three, data_id="a") == "none"
     _fake_probe(monkeypatch, fp32=0.150, bf16=0.170)  # slower, as on a 2-core Xeon with AMX
     assert precision.resolve_train_amp("auto", cpu, cfg, 300, probe_batches=_three, data_id="a") == "none"
+
+
+def test_train_amp_auto_on_a_toy_training_set_keeps_the_cpu_flag_answer_uncached(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
+    calls = _fake_probe(monkeypatch, fp32=0.100, bf16=0.200)
+    few = list(range(precision.PROBE_MIN_BATCHES - 1))
+    assert precision.resolve_train_amp("auto", torch.device("cpu"), {"d_model": 8}, 100,
+                                       probe_batches=lambda: few, data_id="a") == "bf16"
+    assert calls == [] and not list((tmp_path / "precision").glob("train-*.json"))
 
 
 def test_train_amp_auto_is_cached_per_model_data_and_batch(monkeypatch, tmp_path):

@@ -65,7 +65,8 @@ def test_padding_is_part_of_the_probe_cache_key(tmp_path: Path, monkeypatch: pyt
 
     def resolve(pad_to: tuple[int, int]) -> str:
         return precision.resolve_train_amp("auto", torch.device("cpu"), {"d_model": 16}, 400,
-                                           probe_batches=lambda: [object()] * 5, pad_to=pad_to)
+                                           probe_batches=lambda: [object()] * precision.PROBE_MIN_BATCHES,
+                                           pad_to=pad_to)
 
     assert resolve((1, 1)) == "bf16" and resolve((1, 1)) == "bf16"
     assert len(calls) == 1  # cached
