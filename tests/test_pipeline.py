@@ -216,13 +216,17 @@ def test_results_round_trip_through_a_dvc_remote(tiny_repo: Path, tmp_path: Path
 
 @pytest.mark.slow
 def test_exp_run_then_metrics_diff_shows_the_change(tiny_repo: Path) -> None:
-    """What a user does: commit the results, run an experiment with one param changed, diff metrics."""
+    """What a user does (issue 9's loop: a trial, then its attention-health metrics side by side):
+    commit the results, run an experiment with one param changed, diff metrics. A health-check
+    param reruns the health stages and the report only; no model is retrained."""
     git_commit(tiny_repo, "results")
-    _run(["dvc", "exp", "run", "-S", "train_st.max_updates=4"], tiny_repo)
+    out = _run(["dvc", "exp", "run", "-S", "health.samples=2"], tiny_repo).stdout
+    ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
+    assert ran == sorted([f"health_{m}@{p}" for m in ("asr", "st") for p in TINY["pairs"]] + ["report"]), out
     diff = json.loads(_run(["dvc", "metrics", "diff", "--json"], tiny_repo).stdout)
-    st = diff["metrics/baseline/en-de/seed1.json"]
-    assert st["updates"] == {"old": 3, "new": 4, "diff": 1}
-    assert "metrics/asr/en-de.json" not in diff  # ASR did not depend on train_st
+    health = diff["metrics/health/en-de/asr.json"]
+    assert health["sentences"]["new"] == 2 and health["sentences"]["old"] > 2
+    assert "metrics/baseline/en-de/seed1.json" not in diff and "metrics/asr/en-de.json" not in diff
 
 
 @pytest.mark.slow
