@@ -20,7 +20,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,13 +31,10 @@ ROWS = {"fp32": ("none",), "bf16": ("bf16",), "bf16, kernel cache 1024": ("bf16"
 
 def one_row(task: str, row: str, updates: int) -> list[float]:
     """In this process: seconds per update of the row's last precision, first (warm-up) update dropped."""
-    import torch
-
     from lib.data.dataset import SpeechDataset, first_batches
-    from lib.model.s2t_transformer import S2TTransformer, model_config
+    from lib.model.s2t_transformer import model_config
     from lib.params import load_params
-    from lib.precision import autocast
-    from lib.train.loop import Criterion
+    from lib.precision import time_training_steps
 
     p = load_params(ROOT / "params.yaml")
     cfg = p.train_asr if task == "asr" else p.train_st
@@ -48,21 +44,10 @@ def one_row(task: str, row: str, updates: int) -> list[float]:
     batches = first_batches(ds, cfg.max_frames, 2 * (updates + 1), seed=1)
     times: list[float] = []
     for k, amp in enumerate(ROWS[row]):  # "fp32 after bf16": the fp32 part uses batches bf16 never saw
-        own = batches[k * (updates + 1):(k + 1) * (updates + 1)]
-        torch.manual_seed(0)
-        model = S2TTransformer(mcfg).train()
-        crit = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
-        times = []
-        for b in own:
-            t0 = time.perf_counter()
-            with autocast(torch.device("cpu"), amp):
-                loss, _ = crit(b)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            times.append(time.perf_counter() - t0)
-    return times[1:]
+        # the probe's own step (lib.precision): a fresh model, fused Adam
+        times = time_training_steps(mcfg.to_dict(), batches[k * (updates + 1):(k + 1) * (updates + 1)], amp,
+                                    cfg.ctc_weight)
+    return times
 
 
 def main() -> None:
