@@ -50,6 +50,7 @@ OLD_DEFAULT = {
     "train_st.max_updates": "180",
     "train_asr.specaug_time_p": "1.0",  # fairseq's 100-frame masks (row R: 0.1, the default since row R's ST test)
     "decode.max_len_b": "60",
+    "train_asr.ctc_weight": "0.3",  # the demo's auxiliary encoder CTC loss, from the first demo on (row S: 0)
     # the study ran before local.asr_pretraining: fork became the default: local models start from
     # the baseline's ASR model (the paper), and no ASR run keeps a fork state
     "local.asr_pretraining": "shared",
@@ -92,6 +93,8 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
      {**DEMO_ASR, "corpus.sentences_per_segment": "[3,3]", "decode.max_len_b": "150"}, "asr"),
     ("R", "H with SpecAugment time masks capped at 10 % of the utterance (≤ 43 of ≈ 435 frames, not 100)",
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1"}, "asr"),
+    ("S", "R without the auxiliary CTC loss on the encoder output (train_asr.ctc_weight 0, as in the paper)",
+     {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "train_asr.ctc_weight": "0"}, "asr"),
 ]
 
 
