@@ -1,0 +1,125 @@
+"""Does averaging more of the last ST checkpoints shrink the seed spread or the local - baseline gap?
+
+fairseq's MuST-C recipe averages the last 10 checkpoints (profiles/paper.yaml: average_last 10); the
+demo averages the last 2 snapshots, 30 updates apart (train_st.save_every 60 with 270 updates, so
+updates 240 and 270). This script decodes tst-COMMON with the average of the last k snapshots, for
+each k, for the baseline and the local model of every seed of one pair, and prints / writes BLEU per
+seed, mean ± std over seeds, the mean gap and the seeds where sacreBLEU's paired bootstrap finds
+p < 0.05 (the pipeline's report uses the same test, lib/decode/metrics.py).
+
+The runs must have kept their snapshots: train them with snapshots every 30 updates, all kept,
+without touching anything else (the local runs keep the committed windows and forked ASR models;
+`-s` stops DVC from re-running the stages upstream of them), then run this script:
+
+    # in a clone holding the default's outputs (`dvc checkout`), with params.yaml's train_st set to
+    # save_every: 30 and average_last: 9 (snapshots 30, 60, ..., 270 all kept):
+    for s in 1 2 3 4 5; do dvc repro -s train_baseline@en-it-$s train_local@en-it-$s; done
+    python scripts/checkpoint_averaging.py en-it --ks 1 2 3 4
+
+Saving snapshots does not change the training trajectory: k = 2 (updates 240 and 270) reproduces
+the default's BLEU per seed exactly, which the script checks against the committed (git HEAD)
+metrics/<system>/<pair>/seed<n>.json when ``--check-k`` names that k.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lib.data.dataset import SpeechDataset  # noqa: E402
+from lib.decode.beam_search import BeamSearchConfig, translate_dataset  # noqa: E402
+from lib.decode.metrics import bleu, paired_bootstrap  # noqa: E402
+from lib.model.config import ModelConfig  # noqa: E402
+from lib.model.s2t_transformer import S2TTransformer  # noqa: E402
+from lib.params import load_params  # noqa: E402
+from lib.precision import resolve_amp  # noqa: E402
+from lib.train.checkpoint import average_state_dicts, load  # noqa: E402
+from lib.train.run import auto_device  # noqa: E402
+
+SYSTEMS = ("baseline", "local")
+
+
+def snapshots(run: Path) -> list[Path]:
+    snaps = sorted((run / "checkpoints" / "snapshots").glob("update_*.pt"))
+    if not snaps:
+        sys.exit(f"error: {run}/checkpoints/snapshots holds no snapshots (train with train_st.average_last "
+                 "large enough to keep them; see this script's docstring)")
+    return snaps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pair")
+    ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4])
+    ap.add_argument("--check-k", type=int, default=None,
+                    help="the k that equals the committed default (2 with snapshots every 30 updates): "
+                         "fail unless its BLEU per seed equals git HEAD's metrics/<system>/<pair>/seed<n>.json")
+    ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) and the raw JSON here")
+    args = ap.parse_args()
+    p = load_params(ROOT / "params.yaml")
+    d = p.decode
+    cfg = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
+    device = auto_device()
+    amp = resolve_amp(p.train_st.amp, device)
+    test = SpeechDataset(ROOT / p.data.prepared_dir / args.pair, "tst-COMMON", "st")
+    refs = [test.reference(i) for i in range(len(test))]
+    bleus: dict[tuple[str, int, int], float] = {}
+    pvals: dict[tuple[int, int], float] = {}
+    for seed in p.seeds:
+        hyps: dict[tuple[str, int], list[str]] = {}
+        for system in SYSTEMS:
+            run = ROOT / "runs" / system / args.pair / f"seed{seed}"
+            mcfg = ModelConfig.from_dict(load(run / "model.pt")["model_config"])
+            snaps = snapshots(run)
+            for k in args.ks:
+                if k > len(snaps):
+                    sys.exit(f"error: k = {k} but {run} kept {len(snaps)} snapshots")
+                model = S2TTransformer(mcfg).to(device)
+                model.load_state_dict(average_state_dicts(snaps[-k:]))
+                model.eval()
+                hyps[system, k] = translate_dataset(model, test, d.batch_frames, cfg, device, progress=False, amp=amp)
+                bleus[system, seed, k] = round(bleu(hyps[system, k], refs), 2)
+                print(f"{args.pair} {system} seed {seed} k {k} ({snaps[-k].stem}..{snaps[-1].stem}): "
+                      f"BLEU {bleus[system, seed, k]}", flush=True)
+        for k in args.ks:
+            pvals[seed, k] = paired_bootstrap(hyps["baseline", k], hyps["local", k], refs)["p_value"]
+    lines = [f"| k (snapshots averaged) | baseline BLEU | local BLEU | local − baseline | per seed | seeds p < 0.05 |",
+             "|---|---|---|---|---|---|"]
+    for k in args.ks:
+        b = [bleus["baseline", s, k] for s in p.seeds]
+        loc = [bleus["local", s, k] for s in p.seeds]
+        gaps = " ".join(f"{y - x:+.2f}" for x, y in zip(b, loc))
+        sig = sum(pvals[s, k] < 0.05 for s in p.seeds)
+        lines.append(f"| {k} | {statistics.fmean(b):.2f} ± {statistics.stdev(b):.2f} | "
+                     f"{statistics.fmean(loc):.2f} ± {statistics.stdev(loc):.2f} | "
+                     f"{statistics.fmean(loc) - statistics.fmean(b):+.2f} | {gaps} | {sig} / {len(p.seeds)} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".md").write_text(f"# Checkpoint averaging, {args.pair} "
+                                               f"(`python scripts/checkpoint_averaging.py {args.pair}`)\n\n"
+                                               + table + "\n")
+        args.out.with_suffix(".json").write_text(json.dumps(
+            {"bleu": {f"{s}/{seed}/k{k}": v for (s, seed, k), v in bleus.items()},
+             "p_value": {f"{seed}/k{k}": v for (seed, k), v in pvals.items()}}, indent=1) + "\n")
+    if args.check_k is not None:  # after the table is written: the runs overwrote metrics/, so compare with git's
+        for system in SYSTEMS:
+            for seed in p.seeds:
+                rel = f"metrics/{system}/{args.pair}/seed{seed}.json"
+                committed = json.loads(subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=ROOT, check=True,
+                                                      capture_output=True, text=True).stdout)["bleu"]
+                if bleus[system, seed, args.check_k] != committed:
+                    sys.exit(f"error: k = {args.check_k}, {system} seed {seed}: BLEU {bleus[system, seed, args.check_k]}, "
+                             f"the committed {rel}: {committed}")
+        print(f"k = {args.check_k} equals the committed BLEU (git HEAD's metrics/) of every system and seed")
+
+
+if __name__ == "__main__":
+    main()
