@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from lib.data.dataset import SpeechDataset  # noqa: E402
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset  # noqa: E402
 from lib.decode.metrics import bleu, paired_bootstrap  # noqa: E402
+from lib.io import atomic_write_json, atomic_write_text  # noqa: E402
 from lib.model.config import ModelConfig  # noqa: E402
 from lib.model.s2t_transformer import S2TTransformer  # noqa: E402
 from lib.params import load_params  # noqa: E402
@@ -63,23 +64,28 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) and the raw JSON here")
     args = ap.parse_args()
     p = load_params(ROOT / "params.yaml")
+    if args.pair not in p.pairs:
+        sys.exit(f"error: {args.pair!r} is not in params.yaml's pairs {p.pairs}")
     d = p.decode
     cfg = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
     device = auto_device()
     amp = resolve_amp(p.train_st.amp, device)
     test = SpeechDataset(ROOT / p.data.prepared_dir / args.pair, "tst-COMMON", "st")
     refs = [test.reference(i) for i in range(len(test))]
+    runs = {(system, seed): ROOT / "runs" / system / args.pair / f"seed{seed}" for system in SYSTEMS for seed in p.seeds}
+    for run in runs.values():  # every run checked before the first (slow) decode
+        if len(snapshots(run)) < max(args.ks):
+            sys.exit(f"error: k = {max(args.ks)} but {run} kept {len(snapshots(run))} snapshots "
+                     "(see this script's docstring)")
     bleus: dict[tuple[str, int, int], float] = {}
     pvals: dict[tuple[int, int], float] = {}
     for seed in p.seeds:
         hyps: dict[tuple[str, int], list[str]] = {}
         for system in SYSTEMS:
-            run = ROOT / "runs" / system / args.pair / f"seed{seed}"
+            run = runs[system, seed]
             mcfg = ModelConfig.from_dict(load(run / "model.pt")["model_config"])
             snaps = snapshots(run)
             for k in args.ks:
-                if k > len(snaps):
-                    sys.exit(f"error: k = {k} but {run} kept {len(snaps)} snapshots")
                 model = S2TTransformer(mcfg).to(device)
                 model.load_state_dict(average_state_dicts(snaps[-k:]))
                 model.eval()
@@ -103,12 +109,11 @@ def main() -> None:
     print(table)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".md").write_text(f"# Checkpoint averaging, {args.pair} "
-                                               f"(`python scripts/checkpoint_averaging.py {args.pair}`)\n\n"
-                                               + table + "\n")
-        args.out.with_suffix(".json").write_text(json.dumps(
-            {"bleu": {f"{s}/{seed}/k{k}": v for (s, seed, k), v in bleus.items()},
-             "p_value": {f"{seed}/k{k}": v for (seed, k), v in pvals.items()}}, indent=1) + "\n")
+        atomic_write_text(args.out.with_suffix(".md"), f"# Checkpoint averaging, {args.pair} "
+                          f"(`python scripts/checkpoint_averaging.py {args.pair}`)\n\n{table}\n")
+        atomic_write_json(args.out.with_suffix(".json"),
+                          {"bleu": {f"{s}/{seed}/k{k}": v for (s, seed, k), v in bleus.items()},
+                           "p_value": {f"{seed}/k{k}": v for (seed, k), v in pvals.items()}})
     if args.check_k is not None:  # after the table is written: the runs overwrote metrics/, so compare with git's
         for system in SYSTEMS:
             for seed in p.seeds:
