@@ -73,10 +73,12 @@ def main() -> None:
     test = SpeechDataset(ROOT / p.data.prepared_dir / args.pair, "tst-COMMON", "st")
     refs = [test.reference(i) for i in range(len(test))]
     runs = {(system, seed): ROOT / "runs" / system / args.pair / f"seed{seed}" for system in SYSTEMS for seed in p.seeds}
+    if min(args.ks) < 1:
+        sys.exit(f"error: --ks must be >= 1, got {args.ks}")
     for run in runs.values():  # every run checked before the first (slow) decode
-        if len(snapshots(run)) < max(args.ks):
-            sys.exit(f"error: k = {max(args.ks)} but {run} kept {len(snapshots(run))} snapshots "
-                     "(see this script's docstring)")
+        kept = len(snapshots(run))
+        if kept < max(args.ks):
+            sys.exit(f"error: k = {max(args.ks)} but {run} kept {kept} snapshots (see this script's docstring)")
     bleus: dict[tuple[str, int, int], float] = {}
     pvals: dict[tuple[int, int], float] = {}
     for seed in p.seeds:
