@@ -171,8 +171,10 @@ class TrainConfig:
     max_target_tokens: int = 1024
     # Training batches' padded frame / target length rounded up to a multiple (1: to the longest
     # item, fairseq). Fewer distinct shapes, so oneDNN reuses its per-shape CPU kernels (bf16).
-    pad_frames_to: int = 1
-    pad_tokens_to: int = 1
+    # "auto": lib.precision.BF16_PAD_TO (64 frames, 8 tokens) when the run trains in bf16 on a CPU,
+    # else 1 (lib.precision.resolve_padding); the run records the resolved numbers.
+    pad_frames_to: int | str = 1
+    pad_tokens_to: int | str = 1
     eval_every: int = 1000
     save_every: int = 1000
     average_last: int = 5  # average of the last K saved snapshots
@@ -189,8 +191,12 @@ class TrainConfig:
             raise ValueError(f"{prefix}.lr_scheduler must be one of {list(LR_SCHEDULERS)}, got {self.lr_scheduler!r}")
         for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",
                      "warmup_updates", "pad_frames_to", "pad_tokens_to"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{prefix}.{name} must be >= 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if name.startswith("pad_") and isinstance(value, str):
+                if value != "auto":
+                    raise ValueError(f"{prefix}.{name} must be an integer >= 1 or 'auto', got {value!r}")
+            elif value < 1:
+                raise ValueError(f"{prefix}.{name} must be >= 1, got {value}")
         if not 0.0 < self.specaug_time_p <= 1.0:
             raise ValueError(f"{prefix}.specaug_time_p must be in (0, 1], got {self.specaug_time_p}")
         if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:

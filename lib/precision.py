@@ -133,10 +133,13 @@ def _batch_to_dict(batch: Any) -> dict[str, Any]:
                                            "src_texts", "tgt_texts", "task")}
 
 
-def time_training_steps(model_config: dict[str, Any], batches: list, amp: str, ctc_weight: float = 0.0) -> list[float]:
+def time_training_steps(model_config: dict[str, Any], batches: list, amp: str, ctc_weight: float = 0.0,
+                        warm: bool = False) -> list[float]:
     """Seconds of each training step (forward, backward, fused Adam) of a fresh model built from
     ``model_config`` on ``batches``, in ``amp``, in this process; ``batches[0]``'s step is the warm-up
-    and is not returned. Under ``torch.random.fork_rng``: the caller's RNG state is untouched."""
+    and is not returned. ``warm``: time a second pass over ``batches`` instead, every shape's kernels
+    built by the first (padded batches, whose few shapes a run meets again and again). Under
+    ``torch.random.fork_rng``: the caller's RNG state is untouched."""
     from lib.model.s2t_transformer import ModelConfig, S2TTransformer
     from lib.train.loop import Criterion
 
@@ -146,19 +149,20 @@ def time_training_steps(model_config: dict[str, Any], batches: list, amp: str, c
         model = S2TTransformer(ModelConfig(**model_config)).train()
         crit = Criterion(model, 0.1, ctc_weight)
         opt = torch.optim.Adam(model.parameters(), lr=1e-5, fused=True)
-        for i, batch in enumerate(batches):
+        for i, batch in enumerate(list(batches) * 2 if warm else batches):
             t0 = time.perf_counter()
             with autocast(torch.device("cpu"), amp):
                 loss, _ = crit(batch)
             opt.zero_grad()
             loss.backward()
             opt.step()
-            if i > 0:
+            if i > (len(batches) if warm else 0):
                 steps.append(time.perf_counter() - t0)
     return steps
 
 
-def _child_step_times(model_config: dict[str, Any], batches: list, amp: str, ctc_weight: float) -> list[float]:
+def _child_step_times(model_config: dict[str, Any], batches: list, amp: str, ctc_weight: float,
+                      warm: bool = False) -> list[float]:
     """:func:`time_training_steps` in a fresh Python process (``python -m lib.precision``), as a
     training stage runs: nothing of the other precision in it. Same thread count as this process."""
     import subprocess
@@ -167,7 +171,7 @@ def _child_step_times(model_config: dict[str, Any], batches: list, amp: str, ctc
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="amp-probe-") as tmp:
         job = Path(tmp) / "job.pt"
-        torch.save({"model_config": model_config, "amp": amp, "ctc_weight": float(ctc_weight),
+        torch.save({"model_config": model_config, "amp": amp, "ctc_weight": float(ctc_weight), "warm": warm,
                     "threads": torch.get_num_threads(), "batches": [_batch_to_dict(b) for b in batches]}, job)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
         out = subprocess.run([sys.executable, "-m", "lib.precision", str(job)], cwd=root, env=env,
@@ -177,11 +181,19 @@ def _child_step_times(model_config: dict[str, Any], batches: list, amp: str, ctc
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def probe_step_times(model_config: dict[str, Any], batches: list, ctc_weight: float = 0.0) -> dict[str, float]:
+def probe_step_times(model_config: dict[str, Any], batches: list, ctc_weight: float = 0.0,
+                     bf16_batches: list | None = None) -> dict[str, float]:
     """Mean seconds of one training step (forward, backward, fused Adam) of a fresh model built from
     ``model_config`` (``ModelConfig.to_dict()``) on ``batches`` (collated ``Batch``es of the run's
     own training data, all different), in fp32 (``none``) and bf16 autocast, and ``speedup``: the
     median over the timed batches of fp32 time / bf16 time of the same batch, which decides.
+    ``bf16_batches``: the same items collated as a bf16 run would train on them (padded to fewer
+    shapes, ``pad_*: auto``), timed in bf16 instead of ``batches``. Then both precisions are timed
+    on a second pass over their batches (``warm``): a padded run meets its few dozen shapes again and
+    again, so nearly all its updates run on kernels already built (ASR padded to 64 frames: 22
+    shapes in 60 updates), and the first pass would charge bf16 a kernel build per batch that a
+    run pays once per shape. fp32's second pass flatters fp32, if anything: the choice stays
+    conservative.
 
     Measured as a run experiences it (all on a 2-core Xeon with AMX, demo model):
     - Every precision sees every batch shape once. oneDNN builds a bf16 kernel per new shape and
@@ -197,20 +209,27 @@ def probe_step_times(model_config: dict[str, Any], batches: list, ctc_weight: fl
     ``batches[0]`` is each process's warm-up."""
     if len(batches) < 3:
         raise ValueError(f"the precision probe needs at least 3 training batches, got {len(batches)}")
-    steps = {amp: _child_step_times(model_config, batches, amp, ctc_weight) for amp in ("none", "bf16")}
+    if bf16_batches is not None and len(bf16_batches) != len(batches):
+        raise ValueError(f"the probe's bf16 batches must be the same {len(batches)} batches, got {len(bf16_batches)}")
+    per_amp = {"none": batches, "bf16": batches if bf16_batches is None else bf16_batches}
+    warm = bf16_batches is not None
+    steps = {amp: _child_step_times(model_config, per_amp[amp], amp, ctc_weight, warm=warm) for amp in ("none", "bf16")}
     return {"none": statistics.fmean(steps["none"]), "bf16": statistics.fmean(steps["bf16"]),
             "speedup": statistics.median(f / b for f, b in zip(steps["none"], steps["bf16"]))}
 
 
 def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, Any], max_frames: int,
                       probe_batches: Callable[[], list], ctc_weight: float = 0.0, data_id: str = "",
-                      pad_to: tuple[int, int] = (1, 1)) -> str:
+                      pad_to: tuple[int, int] = (1, 1), bf16_pad_to: tuple[int, int] | None = None,
+                      bf16_probe_batches: Callable[[], list] | None = None) -> str:
     """The precision a training run uses: :func:`resolve_amp`, except ``auto`` on a CPU with native
     bf16, which is measured (:func:`probe_step_times` on ``probe_batches()``, a few of the run's
     training batches; ``data_id`` names that data in the cache key) once per machine, model,
     data, batch size and batch padding (``pad_to``: the run's ``pad_frames_to, pad_tokens_to``)
     and cached (module docstring): ``bf16`` when it is at least ``BF16_MIN_SPEEDUP`` x faster,
-    else ``none``. The choice and its figures go to stderr."""
+    else ``none``. When a bf16 run would pad its batches otherwise (``bf16_pad_to``, with
+    ``bf16_probe_batches()``: the same batches so padded), bf16 is timed on those: each precision as
+    it would train. The choice and its figures go to stderr."""
     resolved = resolve_amp(amp, device)
     if amp != "auto" or device.type != "cpu" or resolved != "bf16":
         return resolved
@@ -219,6 +238,12 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
              "ctc_weight": float(ctc_weight), "data": data_id}
     if tuple(pad_to) != (1, 1):  # (only when set: the caches of unpadded runs keep their keys)
         ident["pad_to"] = [int(x) for x in pad_to]
+    if bf16_pad_to is not None and tuple(bf16_pad_to) != tuple(pad_to):
+        if bf16_probe_batches is None:
+            raise ValueError("bf16_pad_to differs from pad_to: the probe needs bf16_probe_batches")
+        ident["bf16_pad_to"] = [int(x) for x in bf16_pad_to]
+    else:
+        bf16_probe_batches = None
     key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_dir() / "precision" / f"train-{key}.json"
     try:
@@ -250,17 +275,51 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
                   "measure; not cached)", file=sys.stderr)
             return "bf16"
         started = time.perf_counter()
-        t = probe_step_times(model_config, batches, ctc_weight)
+        t = probe_step_times(model_config, batches, ctc_weight,
+                             bf16_batches=bf16_probe_batches() if bf16_probe_batches is not None else None)
         choice = "bf16" if t["speedup"] >= BF16_MIN_SPEEDUP else "none"
         record = {"ident": ident, "choice": choice, "fp32_ms": 1e3 * t["none"], "bf16_ms": 1e3 * t["bf16"],
                   "median_speedup": t["speedup"], "min_speedup": BF16_MIN_SPEEDUP,
                   "probe_seconds": round(time.perf_counter() - started, 1)}
         from lib.io import atomic_write_json
         atomic_write_json(path, record)
-    print(f"precision (amp: auto, training): {choice} (fp32 {record['fp32_ms']:.0f} ms vs bf16 "
+    padded = f" padded to {ident['bf16_pad_to'][0]} frames / {ident['bf16_pad_to'][1]} tokens" if "bf16_pad_to" in ident else ""
+    print(f"precision (amp: auto, training): {choice} (fp32 {record['fp32_ms']:.0f} ms vs bf16{padded} "
           f"{record['bf16_ms']:.0f} ms per step on average, median speedup {t['speedup']:.2f}x; bf16 needs >= "
           f"{BF16_MIN_SPEEDUP}x; measured in {record['probe_seconds']} s, cached in {path})", file=sys.stderr)
     return choice
+
+
+# What ``pad_frames_to / pad_tokens_to: auto`` means for a run that trains in bf16 on a CPU. oneDNN
+# builds a bf16 kernel per matrix shape, and unpadded batches bring a new shape at nearly every
+# update; rounded up to 64 frames / 8 tokens, a run meets a few dozen shapes (+7 % padded frames).
+# en-de batches, 60 updates, one process per row (benchmarks/train_real_batches.py, 2-core AMD EPYC):
+# ASR bf16 318 ms unpadded, 234 padded, fp32 325 / 344; ST bf16 182 / 142, fp32 168 / 177 ms. fp32
+# kernels are not per shape, so padding only costs fp32 the extra frames: auto leaves it at 1 there.
+BF16_PAD_TO = (64, 8)
+
+
+def resolve_padding(pad_frames_to: int | str, pad_tokens_to: int | str, amp: str,
+                    device: torch.device) -> tuple[int, int]:
+    """The batch padding (frames, target tokens) a run uses: explicit integers as given, ``auto``
+    -> :data:`BF16_PAD_TO` when it trains in bf16 (``amp`` resolved) on a CPU, else 1."""
+    auto = amp == "bf16" and device.type == "cpu"
+    return tuple(int(BF16_PAD_TO[i] if auto else 1) if value == "auto" else int(value)
+                 for i, value in enumerate((pad_frames_to, pad_tokens_to)))
+
+
+def resolve_train_precision(cfg: Any, device: torch.device, model_config: dict[str, Any],
+                            batches: Callable[[tuple[int, int]], list], data_id: str = "") -> tuple[str, tuple[int, int]]:
+    """A training run's precision and batch padding, ``(amp, (pad_frames_to, pad_tokens_to))``, for
+    its ``TrainConfig`` ``cfg``: :func:`resolve_train_amp` with each precision probed on the batches
+    it would train on (``batches(pad)``: the run's first :data:`PROBE_BATCHES` training batches
+    collated with that padding), then :func:`resolve_padding` for the precision chosen."""
+    pad_fp32 = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, "none", device)
+    pad_bf16 = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, "bf16", device)
+    amp = resolve_train_amp(cfg.amp, device, model_config, cfg.max_frames, ctc_weight=cfg.ctc_weight,
+                            data_id=data_id, pad_to=pad_fp32, probe_batches=lambda: batches(pad_fp32),
+                            bf16_pad_to=pad_bf16, bf16_probe_batches=lambda: batches(pad_bf16))
+    return amp, resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, amp, device)
 
 
 def _probe_child(job_path: str) -> None:
@@ -270,7 +329,8 @@ def _probe_child(job_path: str) -> None:
     job = torch.load(job_path, weights_only=True)
     torch.set_num_threads(job["threads"])
     batches = [Batch(**b) for b in job["batches"]]
-    print(json.dumps(time_training_steps(job["model_config"], batches, job["amp"], job["ctc_weight"])))
+    print(json.dumps(time_training_steps(job["model_config"], batches, job["amp"], job["ctc_weight"],
+                                         warm=job.get("warm", False))))
 
 
 if __name__ == "__main__":

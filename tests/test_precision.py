@@ -41,7 +41,7 @@ def _three() -> list[int]:
 def _fake_probe(monkeypatch, fp32: float, bf16: float) -> list[int]:
     calls: list[int] = []
 
-    def probe(model_config, batches, ctc_weight=0.0):
+    def probe(model_config, batches, ctc_weight=0.0, bf16_batches=None):
         calls.append(1)
         return {"none": fp32, "bf16": bf16, "speedup": fp32 / bf16}
 

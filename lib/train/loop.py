@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from lib.data.dataset import BOS_ID, PAD_ID, Batch, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
 from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig re-exported)
-from lib.precision import autocast, configure_cuda, resolve_amp
+from lib.precision import autocast, configure_cuda, resolve_amp, resolve_padding
 from lib.train import checkpoint as ckpt
 from lib.model.attention import set_head_selection_tau
 from lib.train.objectives import HeadSelectionTraining, ctc_loss, label_smoothed_nll_loss, learning_rate
@@ -380,6 +380,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                           kl_weight=head_selection.kl_weight if head_selection is not None else 0.0)
     net = nn.parallel.DistributedDataParallel(criterion) if world > 1 else criterion
     amp = resolve_amp(cfg.amp, device) if amp is None else amp
+    pad_frames_to, pad_tokens_to = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, amp, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
     specaug = SpecAugmentConfig(time_mask_p=cfg.specaug_time_p) if cfg.specaugment else None
 
@@ -406,7 +407,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                 pos = rank * cfg.update_freq + b
                 gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, st.epoch, st.group_in_epoch, 0, pos))
                 batches.append(collate(train_ds, idx, specaugment=specaug, generator=gen,
-                                       pad_frames_to=cfg.pad_frames_to, pad_tokens_to=cfg.pad_tokens_to).to(device))
+                                       pad_frames_to=pad_frames_to, pad_tokens_to=pad_tokens_to).to(device))
             tokens = torch.tensor(float(sum(x.n_target_tokens for x in batches)), device=device)
             if world > 1:
                 dist.all_reduce(tokens)

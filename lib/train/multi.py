@@ -43,7 +43,7 @@ from lib.io import atomic_write_json, atomic_write_text
 from lib.layout import RunPaths
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import Params
-from lib.precision import PROBE_BATCHES, resolve_amp, resolve_train_amp
+from lib.precision import PROBE_BATCHES, resolve_amp, resolve_train_precision
 from lib.train import checkpoint as ckpt
 from lib.train.loop import OPTIMIZER, decide_resume, dist_info, train
 from lib.train.objectives import HeadSelectionTraining
@@ -207,11 +207,9 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
                                 kl_weight=kl_weight) if selecting else None
     data_digest = file_digest(*[prepared / pr / "train.tsv" for pr in pairs],
                               *[prepared / pr / "dev.tsv" for pr in pairs], vocab_dir / JOINT_SPM)
-    amp = resolve_train_amp(cfg.amp, device, mcfg.to_dict(), cfg.max_frames, ctc_weight=cfg.ctc_weight,
-                            data_id=data_digest, pad_to=(cfg.pad_frames_to, cfg.pad_tokens_to),
-                            probe_batches=lambda: first_batches(
-                                train_ds, cfg.max_frames, PROBE_BATCHES, pad_frames_to=cfg.pad_frames_to,
-                                pad_tokens_to=cfg.pad_tokens_to))
+    amp, pad = resolve_train_precision(cfg, device, mcfg.to_dict(), data_id=data_digest, batches=lambda pad: first_batches(
+        train_ds, cfg.max_frames, PROBE_BATCHES, pad_frames_to=pad[0], pad_tokens_to=pad[1]))
+    cfg = dataclasses.replace(cfg, pad_frames_to=pad[0], pad_tokens_to=pad[1])  # `auto` resolved
     decode_amp = resolve_amp(cfg.amp, device)
     if rank == 0:
         print(f"precision: training {amp}, decoding {decode_amp}; multilingual system {system!r} over {pairs}, {model.num_parameters():,} params",

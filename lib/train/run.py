@@ -41,7 +41,7 @@ from lib.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from lib.layout import SHARED_SYSTEMS, RunPaths, windows_json
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config
 from lib.params import Params, TrainConfig
-from lib.precision import PROBE_BATCHES, configure_cuda, resolve_amp, resolve_train_amp
+from lib.precision import PROBE_BATCHES, configure_cuda, resolve_amp, resolve_padding, resolve_train_precision
 from lib.train import checkpoint as ckpt
 from lib.train.loop import FORK_FILE, OPTIMIZER, Resume, decide_resume, dist_info, fork_is_valid, train
 
@@ -214,17 +214,19 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     fork_state = load_fork_state(spec.start_from) if spec.start_from is not None else None
     if fork_state is not None:  # a fork continues its run's training, in that run's precision
         amp = fork_state["config"]["precision"]
+        pad = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, amp, device)
     else:
-        amp = resolve_train_amp(cfg.amp, device, mcfg.to_dict(), cfg.max_frames, ctc_weight=cfg.ctc_weight,
-                                data_id=data_digest, pad_to=(cfg.pad_frames_to, cfg.pad_tokens_to),
-                                probe_batches=lambda: first_batches(
-                                    train_ds, cfg.max_frames, PROBE_BATCHES, pad_frames_to=cfg.pad_frames_to,
-                                    pad_tokens_to=cfg.pad_tokens_to))
+        amp, pad = resolve_train_precision(cfg, device, mcfg.to_dict(), data_id=data_digest, batches=lambda pad: first_batches(
+            train_ds, cfg.max_frames, PROBE_BATCHES, pad_frames_to=pad[0], pad_tokens_to=pad[1]))
+    # `auto` padding resolved: the run's config (resume fingerprint, fork state) holds the numbers used
+    cfg = dataclasses.replace(cfg, pad_frames_to=pad[0], pad_tokens_to=pad[1])
     decode_amp = resolve_amp(cfg.amp, device)
     if rank == 0:
         print(f"precision: training {amp}, decoding {decode_amp}"
               + (" (the fork state's)" if fork_state is not None else
-               f" (amp: auto on {device.type})" if cfg.amp == "auto" else ""), file=sys.stderr)
+               f" (amp: auto on {device.type})" if cfg.amp == "auto" else "")
+              + (f"; training batches padded to multiples of {pad[0]} frames / {pad[1]} tokens" if pad != (1, 1) else ""),
+              file=sys.stderr)
     run_config = {
         "task": spec.task, "model": mcfg.to_dict(), "init_encoder": init_digest,
         "precision": amp,  # `auto` resolves per machine: never resume a run made in another precision
@@ -296,6 +298,8 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
         "params": model.num_parameters(),
         "precision": amp,
         "decode_precision": decode_amp,
+        "pad_frames_to": cfg.pad_frames_to,  # the training batches' padding as resolved (1: none)
+        "pad_tokens_to": cfg.pad_tokens_to,
     }
     if spec.task == "st":
         metrics["bleu_signature"] = bleu_signature()

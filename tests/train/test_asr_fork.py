@@ -223,3 +223,23 @@ def test_adopting_a_placeholder_fork_is_a_clear_error(tmp_path: Path) -> None:
     assert (RunPaths(tmp_path, "asr_local_shared").curves / "train/loss.tsv").read_text() == "step\tloss\n"
     with pytest.raises(ValueError, match=r"not a model \(local.fork is per_pair\).*dvc repro train_asr_local_shared"):
         adopt_shared_asr(p, tmp_path, "en-es", source="asr_local_shared", system="asr_local")
+
+
+@pytest.mark.slow
+def test_auto_padding_is_resolved_in_the_run_config_and_a_fork_continues_with_it(prepared: Path,
+                                                                                  tmp_path: Path) -> None:
+    """`pad_*: auto` with bf16 training on a CPU pads to lib.precision.BF16_PAD_TO; the run's config
+    (resume fingerprint, fork state) holds the numbers, so a fork of the same params continues it."""
+    auto = {"amp": "bf16", "pad_frames_to": "auto", "pad_tokens_to": "auto"}
+    run(_spec(prepared, tmp_path, "asr", fork_at=2, train=auto), progress=False)
+    fork_state = load_fork_state(RunPaths(tmp_path, "asr", "en-de").fork_state)
+    assert (fork_state["config"]["train"]["pad_frames_to"], fork_state["config"]["train"]["pad_tokens_to"]) == (64, 8)
+    assert fork_state["config"]["precision"] == "bf16"
+    start = RunPaths(tmp_path, "asr", "en-de").fork_state
+    out = run(_spec(prepared, tmp_path / "local", "asr_local", encoder_attention=LOCAL, start_from=start, train=auto),
+              progress=False)
+    assert out["updates"] == TRAIN["max_updates"] and out["precision"] == "bf16"
+    fp32 = run(_spec(prepared, tmp_path / "fp32", "asr", train={**auto, "amp": "none"}), progress=False)
+    assert fp32["precision"] == "none"
+    last = ckpt.load(RunPaths(tmp_path / "fp32", "asr", "en-de").checkpoints / "last.pt")
+    assert (last["config"]["train"]["pad_frames_to"], last["config"]["train"]["pad_tokens_to"]) == (1, 1)

@@ -43,7 +43,8 @@ def test_probe_times_each_precision_in_its_own_process_and_decides_on_the_median
     scripted = {"none": [1.0, 1.0, 1.0, 3.0], "bf16": [1.0, 1.0, 1.25, 1.0]}
     calls: list[tuple[str, int]] = []
 
-    def child(model_config, batches, amp, ctc_weight):
+    def child(model_config, batches, amp, ctc_weight, warm=False):
+        assert not warm  # unpadded batches: timed as a run meets them, new shapes
         calls.append((amp, len(batches)))
         return scripted[amp]
 
@@ -71,3 +72,39 @@ def test_probe_child_process_round_trips_the_batches(prepared: Path, tmp_path: P
         assert a.ids == b.ids and a.src_texts == b.src_texts and a.task is None
         for name in ("feats", "feat_lengths", "prev_tokens", "target", "target_lengths"):
             assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_probe_times_bf16_on_its_own_padded_batches(prepared: Path) -> None:
+    """`pad_*: auto`: the same items, padded as a bf16 run would train on them, reach the bf16 process."""
+    ds = SpeechDataset(prepared, "train", "st")
+    order = batch_by_frames(ds.n_frames, 200, shuffle=False)[:3]
+    plain = [collate(ds, idx) for idx in order]
+    padded = [collate(ds, idx, pad_frames_to=64, pad_tokens_to=8) for idx in order]
+    cfg = model_config("tiny", vocab_size=ds.vocab_size).to_dict()
+    t = precision.probe_step_times(cfg, plain, bf16_batches=padded)
+    assert all(v > 0 for v in t.values())
+    # timed on a second pass (kernels built by the first), one time per batch after the warm-up
+    assert len(precision.time_training_steps(cfg, padded, "bf16", warm=True)) == 2
+    assert len(precision.time_training_steps(cfg, padded, "bf16")) == 2
+    with pytest.raises(ValueError, match="same 3 batches"):
+        precision.probe_step_times(cfg, plain, bf16_batches=padded[:2])
+
+
+def test_padded_bf16_is_timed_warm_in_both_precisions(prepared: Path, monkeypatch) -> None:
+    """With bf16's own padded batches, both processes time a second pass (kernels built by the
+    first), fp32 on its unpadded batches and bf16 on the padded ones."""
+    ds = SpeechDataset(prepared, "train", "st")
+    order = batch_by_frames(ds.n_frames, 200, shuffle=False)[:3]
+    plain = [collate(ds, idx) for idx in order]
+    padded = [collate(ds, idx, pad_frames_to=64, pad_tokens_to=8) for idx in order]
+    calls: list[tuple[str, bool, int]] = []
+
+    def child(model_config, batches, amp, ctc_weight, warm=False):
+        calls.append((amp, warm, batches[0].feats.shape[1]))
+        return [1.0, 1.0] if amp == "none" else [0.5, 0.5]
+
+    monkeypatch.setattr(precision, "_child_step_times", child)
+    t = precision.probe_step_times({}, plain, bf16_batches=padded)
+    assert t["speedup"] == pytest.approx(2.0)
+    assert calls == [("none", True, plain[0].feats.shape[1]), ("bf16", True, padded[0].feats.shape[1])]
+    assert padded[0].feats.shape[1] % 64 == 0

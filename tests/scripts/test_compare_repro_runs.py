@@ -1,0 +1,46 @@
+"""scripts/compare_repro_runs.py: two runs' timings and per-pair quality side by side."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import compare_repro_runs  # noqa: E402
+
+
+def _run(root: Path, total: float, groups: dict, summary: dict) -> Path:
+    (root / "reports").mkdir(parents=True)
+    (root / "metrics").mkdir()
+    (root / "reports/repro_timing.json").write_text(json.dumps(
+        {"command": "dvc repro -f", "total_seconds": total, "by_stage_group": groups}))
+    (root / "metrics/summary.json").write_text(json.dumps(summary))
+    return root
+
+
+def _summary(base: float, std: float, local: float) -> dict:
+    return {"en-de/baseline/bleu": base, "en-de/baseline/bleu_std": std, "en-de/baseline/asr_wer": 1.5,
+            "en-de/local/bleu": local, "en-de/local/bleu_std": std, "en-de/local/asr_wer": 1.2,
+            "en-de/local_vs_baseline/significant_seeds": 1}
+
+
+def test_ratios_and_the_one_std_criterion(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    ref = _run(tmp_path / "a", 3600.0, {"train_asr_shared": 1200.0, "report": 0.0}, _summary(50.0, 3.0, 49.0))
+    cand = _run(tmp_path / "b", 2400.0, {"train_asr_shared": 600.0, "report": 1.0}, _summary(52.0, 2.0, 45.0))
+    assert compare_repro_runs.main([str(ref), str(cand), "--md", str(tmp_path / "out.md")]) == 0
+    out = capsys.readouterr().out
+    assert "| train_asr_shared | 20.0 | 10.0 | 0.50 |" in out
+    assert "| report | 0.0 | 0.0 | – |" in out
+    assert "| **total** | **60.0** | **40.0** | **0.67** |" in out
+    assert "| en-de | baseline BLEU | 50.00 ± 3.00 | 52.00 ± 2.00 | +2.00 | yes |" in out
+    assert "| en-de | local BLEU | 49.00 ± 3.00 | 45.00 ± 2.00 | -4.00 | **no** |" in out  # 4 > max(3, 2)
+    assert out.rstrip().endswith("every BLEU mean within one std: no")
+    assert (tmp_path / "out.md").read_text().strip() == out.strip()
+
+
+def test_a_run_without_its_files_is_named(tmp_path: Path) -> None:
+    ref = _run(tmp_path / "a", 1.0, {}, _summary(1, 1, 1))
+    with pytest.raises(SystemExit, match=r"b/reports/repro_timing.json: missing"):
+        compare_repro_runs.main([str(ref), str(tmp_path / "b")])
