@@ -4,7 +4,8 @@
     python scripts/compare_repro_runs.py REFERENCE CANDIDATE [--names fp32 default] [--md out.md]
 
 REFERENCE and CANDIDATE are workspaces (clones) in which `python scripts/time_repro.py --fresh -f`
-ran: each holds `reports/repro_timing.json` and `metrics/summary.json`. Prints minutes per stage
+ran: each holds `reports/repro_timing.json` and `metrics/summary.json` (or a folder with the two
+files side by side, as a run is kept under `reports/`). Prints minutes per stage
 group and in total with the candidate / reference ratio, then per pair the ASR WER of both
 systems, baseline and local BLEU (mean ± std over the seeds), the candidate − reference
 difference, and whether it lies within one standard deviation (the larger of the two runs' stds).
@@ -18,7 +19,9 @@ from pathlib import Path
 
 
 def _load(root: Path) -> tuple[dict, dict]:
-    files = (root / "reports" / "repro_timing.json", root / "metrics" / "summary.json")
+    kept = (root / "repro_timing.json", root / "summary.json")  # a run's two files kept side by side
+    files = kept if all(f.is_file() for f in kept) else (root / "reports" / "repro_timing.json",
+                                                          root / "metrics" / "summary.json")
     for f in files:
         if not f.is_file():
             raise SystemExit(f"{f}: missing (run `python scripts/time_repro.py --fresh -f` in {root})")

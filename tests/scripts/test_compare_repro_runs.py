@@ -44,3 +44,13 @@ def test_a_run_without_its_files_is_named(tmp_path: Path) -> None:
     ref = _run(tmp_path / "a", 1.0, {}, _summary(1, 1, 1))
     with pytest.raises(SystemExit, match=r"b/reports/repro_timing.json: missing"):
         compare_repro_runs.main([str(ref), str(tmp_path / "b")])
+
+
+def test_a_kept_run_folder_with_the_two_files_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    ref = _run(tmp_path / "a", 60.0, {"x": 60.0}, _summary(50.0, 3.0, 49.0))
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "repro_timing.json").write_text((ref / "reports/repro_timing.json").read_text())
+    (kept / "summary.json").write_text((ref / "metrics/summary.json").read_text())
+    assert compare_repro_runs.main([str(kept), str(ref)]) == 0
+    assert "| **total** | **1.0** | **1.0** | **1.00** |" in capsys.readouterr().out
