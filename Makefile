@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine (see README):
 #   make repro   set up the cached venv, then run the whole DVC pipeline on the demo corpus
+#                (scripts/repro.py: `dvc repro` with independent stages side by side)
 #   make test    set up the cached venv, then run the test suite
 SHELL := /bin/bash
 VENV_BIN := $(CURDIR)/.venv/bin
@@ -10,7 +11,7 @@ setup:
 	@bash scripts/setup.sh
 
 repro: setup
-	dvc repro
+	python scripts/repro.py
 
 test: setup
 	python -m pytest

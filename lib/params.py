@@ -356,6 +356,22 @@ class AsrParams:
 
 
 @dataclass(frozen=True)
+class ParallelParams:
+    """``parallel``: independent stages side by side (``scripts/repro.py``, run by ``make repro``).
+
+    ``jobs``: how many at a time; ``auto`` = the number of cores on a CPU (at most 8), 1 with CUDA.
+    On a CPU every training run of a per-pair or per-seed stage uses ``cores // jobs`` threads,
+    however the stage is started (lib/parallel.py: the thread count changes the last bits)."""
+
+    jobs: int | str = "auto"
+
+    def validate(self, prefix: str) -> None:
+        if isinstance(self.jobs, bool) or (isinstance(self.jobs, str) and self.jobs != "auto") or \
+                (isinstance(self.jobs, int) and self.jobs < 1):
+            raise ParamError(f"{prefix}.jobs: expected an integer >= 1 or 'auto', got {self.jobs!r}")
+
+
+@dataclass(frozen=True)
 class LocalParams:
     """``local``: the local-attention model (paper: layers 1-3 full, 4-12 local)."""
 
@@ -637,6 +653,7 @@ class Params:
     analysis: AnalysisParams
     health: HealthParams
     asr: AsrParams = field(default_factory=AsrParams)
+    parallel: ParallelParams = field(default_factory=ParallelParams)  # scripts/repro.py; threads per run
     efficiency: EfficiencyParams = field(default_factory=EfficiencyParams)  # benchmarks/encoder_efficiency.py
     smoothing: SmoothingParams = field(default_factory=SmoothingParams)  # opt-in variant (stage train_smoothing)
     multi: MultiParams = field(default_factory=MultiParams)  # opt-in variant (stage train_multi)

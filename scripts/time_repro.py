@@ -1,4 +1,5 @@
-"""Run `dvc repro` (extra arguments passed through) and report the wall time of every stage.
+"""Run `scripts/repro.py` (= `make repro`: `dvc repro` with independent stages side by side; extra
+arguments passed through, e.g. `-j 1`) and report the wall time of every stage.
 
     python scripts/time_repro.py            # the whole default pipeline
     python scripts/time_repro.py train_baseline   # one stage (matrix) and what it needs
@@ -9,13 +10,13 @@ training stage whose last.pt matches its config resumes at its final update and 
 `-f` alone does not time the training.
 
 Prints a table at the end and writes it to reports/repro_timing.json (not a DVC metric: wall times
-vary run to run). Stage output is streamed unchanged, so progress bars stay visible.
+vary run to run): per stage its start and end, per stage group the wall time while any of its
+stages ran (with stages side by side the groups overlap, so they can sum to more than the total).
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE_START = re.compile(r"Running stage '([^']+)'")
 
 
 def main() -> None:
@@ -34,38 +34,23 @@ def main() -> None:
         for d in stale:
             shutil.rmtree(d)
         print(f"--fresh: removed {len(stale)} checkpoints folders under runs/", flush=True)
-    cmd = ["dvc", "repro", *args]
-    t0 = time.perf_counter()
-    load0 = os.getloadavg()
-    durations: dict[str, float] = {}
-    current, started = None, t0
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        m = STAGE_START.search(line)
-        if m:
-            now = time.perf_counter()
-            if current is not None:
-                durations[current] = round(now - started, 1)
-            current, started = m.group(1), now
-    rc = proc.wait()
-    end = time.perf_counter()
-    if current is not None:
-        durations[current] = round(end - started, 1)
-    groups: dict[str, float] = {}
-    for stage, sec in durations.items():
-        groups[stage.split("@")[0]] = round(groups.get(stage.split("@")[0], 0.0) + sec, 1)
-    result = {"command": " ".join(cmd), "returncode": rc, "total_seconds": round(end - t0, 1),
-              "cpu_count": os.cpu_count(), "loadavg_start": load0, "loadavg_end": os.getloadavg(),
-              "by_stage_group": groups, "by_stage": durations}
     out = ROOT / "reports" / "repro_timing.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)  # (a stale file must not pass for this run's timing)
+    cmd = [sys.executable, str(ROOT / "scripts" / "repro.py"), *args, "--timing", str(out)]
+    load0 = os.getloadavg()
+    t0 = time.perf_counter()
+    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    end = time.perf_counter()
+    if not out.is_file():  # nothing ran (up to date, or a bad argument)
+        sys.exit(rc)
+    result = json.loads(out.read_text(encoding="utf-8"))
+    result.update({"total_seconds": round(end - t0, 1), "loadavg_start": load0, "loadavg_end": os.getloadavg()})
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print("\nstage group            seconds")
-    for g, sec in groups.items():
+    print("\nstage group            seconds (wall time while any of its stages ran; groups overlap)")
+    for g, sec in result["by_stage_group"].items():
         print(f"{g:<22} {sec:>8.1f}")
-    print(f"{'total':<22} {result['total_seconds']:>8.1f}   ({result['total_seconds'] / 60:.1f} min), rc={rc}")
+    print(f"{'total':<22} {result['total_seconds']:>8.1f}   ({result['total_seconds'] / 60:.1f} min, "
+          f"{result['jobs']} at a time), rc={rc}")
     sys.exit(rc)
 
 

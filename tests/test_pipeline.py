@@ -25,7 +25,10 @@ from tests.dvc_repo import run as _run
 def tiny_repo(tmp_path_factory) -> Path:
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     root = make_repo(tmp_path_factory.mktemp("repo"), merge(params, TINY))
-    _run(["dvc", "repro"], root)
+    # the README's `make repro`: DVC's stages two at a time (scripts/repro.py); the tests below then
+    # check that plain `dvc repro` finds everything up to date, and what every stage wrote
+    out = _run([sys.executable, "scripts/repro.py", "-j", "2"], root).stdout
+    assert "started  train_baseline@en-de-1" in out and "done:" in out, out
     return root
 
 
@@ -135,6 +138,13 @@ def test_second_repro_is_noop_and_params_invalidate_only_dependents(tiny_repo: P
         assert changed_by(seeds=seeds + [2]) == ({f"train_baseline@{p}-2" for p in pairs}
                                                  | {f"train_local@{p}-2" for p in pairs} | {"report"})
         assert changed_by(seeds=[2]) == {f"train_{s}@{p}-2" for s in ("baseline", "local") for p in pairs} | {"report"}
+        # Runs side by side: the per-pair / per-seed training stages, whose thread count follows it
+        # (the one shared ASR model and its shared fork train alone with every core: untouched)
+        by_jobs = changed_by(parallel={"jobs": 1})
+        assert ({f"train_{s}@{p}" for s in ("asr", "asr_local") for p in pairs}
+                | {f"train_{s}@{p}-1" for s in ("baseline", "local") for p in pairs}) <= by_jobs
+        assert all(name.split("@")[0] in ("train_asr", "train_asr_local", "train_baseline", "train_local",
+                                          "train_asr_smoothing", "train_smoothing") for name in by_jobs), by_jobs
     finally:
         params_path.write_text(original)
 

@@ -69,6 +69,9 @@ class RunSpec:
     test_split: str = "tst-COMMON"
     dev_split: str = "dev"
     max_dev_decode: int = 200  # sentences decoded at each evaluation (greedy)
+    # CPU threads of this run (lib.parallel.threads_per_run for per-pair / per-seed runs); None: torch's
+    # default (every core). Part of the run's config: the thread count changes the last bits.
+    threads: int | None = None
 
 
 def auto_device() -> torch.device:
@@ -167,7 +170,7 @@ def _start_from_fork(resume: Resume, state: dict[str, Any], path: Path) -> Resum
     ValueError names the file."""
     theirs, ours = _with_train_defaults(state.get("config", {})), _with_train_defaults(resume.config)
     differ = sorted(k for k in set(theirs) | set(ours)
-                    if k not in ("model", "start_from") and theirs.get(k) != ours.get(k))
+                    if k not in ("model", "start_from", "threads") and theirs.get(k) != ours.get(k))
     if differ:
         raise ValueError(f"{path}: made by a run with other settings ({', '.join(differ)} differ); "
                          f"a fork continues the same training")
@@ -185,6 +188,9 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
 
     rank, world = dist_info()
     device = auto_device()
+    threads = spec.threads if device.type == "cpu" else None
+    if threads is not None:  # before the precision probe, which times steps at this thread count
+        torch.set_num_threads(threads)
     cfg = spec.train
     if spec.final_checkpoint not in FINAL_CHECKPOINTS:
         raise ValueError(f"final_checkpoint must be one of {sorted(FINAL_CHECKPOINTS)}, got {spec.final_checkpoint!r}")
@@ -225,7 +231,8 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
         print(f"precision: training {amp}, decoding {decode_amp}"
               + (" (the fork state's)" if fork_state is not None else
                f" (amp: auto on {device.type})" if cfg.amp == "auto" else "")
-              + (f"; training batches padded to multiples of {pad[0]} frames / {pad[1]} tokens" if pad != (1, 1) else ""),
+              + (f"; training batches padded to multiples of {pad[0]} frames / {pad[1]} tokens" if pad != (1, 1) else "")
+              + (f"; {threads} CPU thread{'s' * (threads > 1)} (parallel.jobs)" if threads is not None else ""),
               file=sys.stderr)
     run_config = {
         "task": spec.task, "model": mcfg.to_dict(), "init_encoder": init_digest,
@@ -234,6 +241,8 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
         "world_size": world,  # the data order per process depends on it: resume only with the same
         "data": data_digest,
     }
+    if threads is not None:  # (absent with torch's default: the configs of earlier runs keep their hash)
+        run_config["threads"] = threads
     if spec.start_from is not None:  # a fork's continuation is not a run from scratch of the same config
         run_config["start_from"] = file_digest(spec.start_from)
     refs_dev = [dev_ds.reference(i) for i in range(min(spec.max_dev_decode, len(dev_ds)))]
@@ -300,6 +309,7 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
         "decode_precision": decode_amp,
         "pad_frames_to": cfg.pad_frames_to,  # the training batches' padding as resolved (1: none)
         "pad_tokens_to": cfg.pad_tokens_to,
+        "threads": threads if threads is not None else torch.get_num_threads(),
     }
     if spec.task == "st":
         metrics["bleu_signature"] = bleu_signature()
@@ -333,7 +343,11 @@ def spec_from_params(p: Params, root: Path, system: str, pair: str, seed: int | 
         paths = RunPaths(root, system, pair, seed)  # ValueError for an unknown system or a missing seed
         train_cfg = dataclasses.replace(p.train_st, seed=seed)
         init = RunPaths(root, "asr_local" if system == "local" else "asr", pair).model
-    return RunSpec(task="asr" if system.startswith("asr") else "st", pair=pair,
+    from lib.parallel import threads_per_run
+
+    # the one shared model trains alone (every core); a per-pair / per-seed run shares them (lib/parallel.py)
+    threads = None if system in SHARED_SYSTEMS else threads_per_run(p.parallel.jobs)
+    return RunSpec(task="asr" if system.startswith("asr") else "st", pair=pair, threads=threads,
                    prepared_dir=root / p.data.prepared_dir / pair, paths=paths, train=train_cfg,
                    model_size=p.model.size, model_overrides=p.model.overrides, encoder_attention=encoder_attention,
                    init_encoder=init, decode=test, dev_decode=dev, decode_batch_frames=d.batch_frames,

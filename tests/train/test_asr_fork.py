@@ -136,7 +136,7 @@ def _params(mode: str, pretraining: str = "fork"):
         decode=SimpleNamespace(beam=2, len_penalty=1.0, max_len_a=0.0, max_len_b=10, batch_frames=1000,
                                final_checkpoint="avg_last_k", dev_sentences=2),
         train_asr=dataclasses.replace(TrainConfig(**TRAIN), max_updates=2400), train_st=None,
-        data=SimpleNamespace(prepared_dir="data/prepared"),
+        data=SimpleNamespace(prepared_dir="data/prepared"), parallel=SimpleNamespace(jobs="auto"),
     )
 
 
@@ -162,7 +162,7 @@ def _shared_fork_params(root: Path):
         decode=SimpleNamespace(beam=2, len_penalty=1.0, max_len_a=0.0, max_len_b=8, batch_frames=2000,
                                final_checkpoint="last", dev_sentences=2),
         train_asr=TrainConfig(**TRAIN), train_st=None,
-        data=SimpleNamespace(prepared_dir="data/prepared"),
+        data=SimpleNamespace(prepared_dir="data/prepared"), parallel=SimpleNamespace(jobs="auto"),
     )
 
 

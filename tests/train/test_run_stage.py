@@ -155,3 +155,25 @@ def test_interrupted_stage_resumes_without_duplicate_dvclive_rows(prepared: Path
     assert tsvs == sorted(p.relative_to(cut.curves) for p in cut.curves.rglob("*.tsv"))
     for rel in tsvs:
         assert _tsv_values(cut.curves / rel) == _tsv_values(ref_run.curves / rel), rel
+
+
+@pytest.mark.slow
+def test_the_thread_count_is_part_of_the_run(prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``RunSpec.threads`` (lib/parallel.py: cores // parallel.jobs) is set for the run, recorded in its
+    metrics and its config: a finished run is not resumed with another thread count (its last bits differ)."""
+    import dataclasses
+
+    before = torch.get_num_threads()
+    try:
+        spec = dataclasses.replace(_spec("asr", prepared, tmp_path), threads=1)
+        metrics = run(spec, progress=False)
+        assert metrics["threads"] == 1 and torch.get_num_threads() == 1
+        assert ckpt.load(spec.paths.checkpoints / "last.pt")["config"]["threads"] == 1
+        capsys.readouterr()
+        again = run(spec, progress=False)  # same threads: resumes at its last update, same metrics
+        assert again == metrics and "resumed from" in "".join(capsys.readouterr())
+        other = run(dataclasses.replace(spec, threads=2), progress=False)
+        assert other["threads"] == 2 and list(spec.paths.checkpoints.glob("last.stale-*.pt"))
+        assert "threads" in "".join(capsys.readouterr())  # the key that differs is named
+    finally:
+        torch.set_num_threads(before)

@@ -55,7 +55,7 @@ def _params(windows: list[int], full_layers: int = 2):
         decode=SimpleNamespace(beam=2, len_penalty=1.0, max_len_a=0.0, max_len_b=10, batch_frames=1000,
                                final_checkpoint="last", dev_sentences=2),
         train_asr=SimpleNamespace(seed=1), train_st=None,
-        data=SimpleNamespace(prepared_dir="data/prepared"),
+        data=SimpleNamespace(prepared_dir="data/prepared"), parallel=SimpleNamespace(jobs="auto"),
     )
 
 

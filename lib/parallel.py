@@ -1,0 +1,50 @@
+"""Runs side by side on a CPU: how many (``parallel.jobs``) and how many threads each.
+
+DVC runs one stage at a time. On a 2-core CPU one demo training run does not keep both cores busy:
+its many small kernels (d = 128) and the Python between them scale poorly past one thread.
+Measured on the project's 2-core AMD EPYC (``python benchmarks/parallel_runs.py``): two ST runs
+side by side with one thread each train 1.36x (fp32) and 1.36-1.9x (bf16) as many updates per
+second as the same two runs one after the other with two threads each. So ``scripts/repro.py``
+(``make repro``) runs independent stages (the 30 ST runs, the three ASR forks, the per-pair
+analyses) ``parallel.jobs`` at a time, and every training run of a per-pair or per-seed stage
+uses ``cores // jobs`` threads.
+
+The thread count is a function of the params and the machine, never of how the stage was started:
+the same run trained with one thread or with two differs in the last bits (oneDNN splits its
+work differently), so a run started by a plain ``dvc repro`` (one stage at a time) uses the same
+threads as under ``scripts/repro.py`` and gives the same metrics, only slower. The one shared ASR
+model (and its one shared fork) trains alone and keeps every core.
+
+Torch is imported lazily: ``scripts/repro.py`` and the params loader must not need it.
+"""
+from __future__ import annotations
+
+import os
+
+MAX_AUTO_JOBS = 8  # more runs side by side than this buys little and costs memory (≈ 1-2 GB each)
+
+
+def available_cores() -> int:
+    """The CPUs this process may run on (its affinity mask; ``os.cpu_count()`` where there is none)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_jobs(jobs: int | str, *, cuda: bool | None = None) -> int:
+    """``parallel.jobs`` as a number: an integer as given; ``auto`` -> 1 with CUDA (one GPU run at a
+    time), else the number of cores, at most :data:`MAX_AUTO_JOBS`. ``cuda=None`` asks torch."""
+    if jobs != "auto":
+        return int(jobs)
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    return 1 if cuda else min(MAX_AUTO_JOBS, available_cores())
+
+
+def threads_per_run(jobs: int | str, *, cuda: bool | None = None) -> int:
+    """Threads of one training run of a per-pair / per-seed stage on a CPU: the cores shared out
+    among ``resolve_jobs(jobs)`` runs, at least one."""
+    return max(1, available_cores() // resolve_jobs(jobs, cuda=cuda))

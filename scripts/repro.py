@@ -1,0 +1,229 @@
+"""`dvc repro` with independent stages side by side (`make repro` runs this).
+
+DVC runs one stage at a time, and one demo training run does not keep two CPU cores busy
+(lib/parallel.py). This script reads DVC's own stage graph, asks DVC which stages changed, and runs
+those and everything downstream of them as `dvc --wait-for-lock repro --single-item <stage>`, at
+most ``-j`` at a time, each stage only once every stage it depends on has finished. DVC releases
+its repository lock while a stage's command runs and takes it again to record the result, so the
+stages run side by side and `dvc.lock`, the cache and the run-cache stay exactly as a plain
+`dvc repro` leaves them (it is DVC that decides, per stage, whether to run, restore from the
+run-cache or skip).
+
+    python scripts/repro.py                     # the whole pipeline, parallel.jobs at a time
+    python scripts/repro.py -j 1                # one at a time, output streamed (like `dvc repro`)
+    python scripts/repro.py -f train_baseline   # forced: that stage (matrix) and what it depends on
+    python scripts/repro.py --dry               # what would run, in which order
+
+With more than one job each stage's output goes to `.dvc/tmp/repro/<stage>.log` and the terminal
+gets one line per stage start and end; a failing stage prints its log's tail, nothing new starts,
+the running ones finish, and the exit status is 1. Ctrl-C stops every running stage (a training
+stage resumes from its last checkpoint on the next run). `--timing FILE` writes every stage's
+start and end (seconds from the start) and the wall time per stage group (`scripts/time_repro.py`).
+
+Which stages come first among the ready ones: those with the most stages downstream (seed 1's
+baselines, whose analysis leads to every local run), then dvc.yaml order.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CODE = Path(__file__).resolve().parent.parent  # this repository's lib/ (the DVC project is the working directory)
+LOG_DIR = Path(".dvc") / "tmp" / "repro"
+
+
+@dataclass
+class Plan:
+    """The stages to run (DVC addressing, e.g. ``train_baseline@en-de-1``) in a valid order, and for
+    each the stages among them it waits for."""
+
+    order: list[str]
+    needs: dict[str, set[str]]
+    downstream: dict[str, int] = field(default_factory=dict)  # how many planned stages depend on it
+
+
+def plan(root: Path, targets: list[str], force: bool) -> Plan:
+    """Ask DVC for the graph and (unless ``force``) what changed: the changed stages among
+    ``targets`` and their upstream (all stages without targets), plus everything downstream of
+    them within that scope. Reading the graph takes DVC's lock briefly; it is released on return."""
+    import networkx as nx
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        graph = repo.index.graph  # edge (stage, upstream stage)
+        by_name = {s.addressing: s for s in graph.nodes}
+        if targets:
+            chosen = set()
+            for t in targets:
+                for stage in repo.stage.collect(t):
+                    chosen |= {stage} | nx.descendants(graph, stage)
+        else:
+            chosen = set(graph.nodes)
+        scope = graph.subgraph(chosen)
+        if force:
+            start = set(scope.nodes)
+        else:
+            changed = repo.status(targets=targets or None)
+            start = {by_name[name] for name in changed if name in by_name and by_name[name] in chosen}
+        run = set(start)
+        for stage in start:
+            run |= nx.ancestors(scope, stage)  # ancestors of the reversed edges: everything downstream
+        sub = scope.subgraph(run)
+        rank = {s: i for i, s in enumerate(repo.index.stages)}
+        order = [s.addressing for s in nx.lexicographical_topological_sort(sub.reverse(copy=True),
+                                                                            key=lambda s: rank.get(s, 0))]
+        needs = {s.addressing: {u.addressing for u in sub.successors(s)} for s in sub.nodes}
+        downstream = {s.addressing: len(nx.ancestors(sub, s)) for s in sub.nodes}
+    return Plan(order=order, needs=needs, downstream=downstream)
+
+
+def next_ready(p: Plan, done: set[str], started: set[str]) -> list[str]:
+    """Stages whose upstream stages have all finished, most downstream work first, then plan order."""
+    ready = [s for s in p.order if s not in started and p.needs[s] <= done]
+    pos = {s: i for i, s in enumerate(p.order)}
+    return sorted(ready, key=lambda s: (-p.downstream.get(s, 0), pos[s]))
+
+
+def _span(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of ``intervals`` (wall time during which at least one of them ran)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def timing_record(stages: dict[str, tuple[float, float]], total: float, jobs: int, command: str,
+                  returncode: int) -> dict:
+    """``--timing``'s JSON: per stage its start, end and seconds; per stage group (the name before
+    ``@``) the wall time during which any of its stages ran, so groups may overlap and their sum can
+    exceed ``total_seconds``."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for name, (a, b) in stages.items():
+        groups.setdefault(name.split("@")[0], []).append((a, b))
+    return {"command": command, "returncode": returncode, "jobs": jobs, "total_seconds": round(total, 1),
+            "cpu_count": os.cpu_count(), "by_stage_group": {g: round(_span(iv), 1) for g, iv in groups.items()},
+            "by_stage": {n: round(b - a, 1) for n, (a, b) in stages.items()},
+            "intervals": {n: [round(a, 1), round(b, 1)] for n, (a, b) in stages.items()}}
+
+
+def execute(p: Plan, jobs: int, command: Callable[[str], list[str]], root: Path,
+            say: Callable[[str], None] = print) -> tuple[int, dict[str, tuple[float, float]]]:
+    """Run the plan, at most ``jobs`` stages at a time; returns (exit status, stage -> (start, end)
+    in seconds from the start). With one job the stage's output is streamed, else logged."""
+    log_dir = root / LOG_DIR
+    log_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    running: dict[str, tuple[subprocess.Popen, float, Path]] = {}
+    done: set[str] = set()
+    times: dict[str, tuple[float, float]] = {}
+    failed: list[str] = []
+    try:
+        while True:
+            if not failed:
+                for name in next_ready(p, done, set(running) | done)[: max(0, jobs - len(running))]:
+                    log = log_dir / f"{name}.log"
+                    out = None if jobs == 1 else open(log, "w", encoding="utf-8")
+                    proc = subprocess.Popen(command(name), cwd=root, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                            start_new_session=True)
+                    if out is not None:
+                        out.close()
+                    running[name] = (proc, time.perf_counter() - t0, log)
+                    if jobs > 1:
+                        say(f"[{len(done) + len(running)}/{len(p.order)}] started  {name}")
+            if not running:
+                break
+            time.sleep(0.2)
+            for name, (proc, started, log) in list(running.items()):
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                del running[name]
+                end = time.perf_counter() - t0
+                times[name] = (started, end)
+                if rc != 0:
+                    failed.append(name)
+                    say(f"FAILED   {name} (exit {rc}) after {end - started:.1f} s"
+                        + (f"; its log: {log}" if jobs > 1 else ""))
+                    if jobs > 1:
+                        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
+                        say("\n".join("    " + line for line in tail))
+                    if running:
+                        say(f"waiting for {len(running)} running stage(s) to finish; nothing new starts")
+                else:
+                    done.add(name)
+                    if jobs > 1:
+                        say(f"[{len(done)}/{len(p.order)}] finished {name} in {end - started:.1f} s")
+    except KeyboardInterrupt:
+        for proc, _, _ in running.values():
+            interrupt(proc)
+        for proc, _, _ in running.values():
+            proc.wait()
+        say(f"interrupted: stopped {', '.join(running) or 'nothing'}")
+        return 130, times
+    return (1 if failed else 0), times
+
+
+def interrupt(proc: subprocess.Popen) -> None:
+    """SIGINT to the stage's process group (DVC and the stage's command: both clean up)."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("targets", nargs="*", help="stages (as for `dvc repro`); default: the whole pipeline")
+    ap.add_argument("-j", "--jobs", help="stages at a time (default: params.yaml's parallel.jobs)")
+    ap.add_argument("-f", "--force", action="store_true", help="run the stages even if nothing changed")
+    ap.add_argument("--dry", action="store_true", help="print the plan and exit")
+    ap.add_argument("--timing", type=Path, help="write every stage's start and end to this JSON file")
+    args = ap.parse_args()
+    sys.path.insert(0, str(CODE))
+    root = Path.cwd()
+    from lib.params import ParamError, load_params
+    from lib.parallel import resolve_jobs
+
+    try:
+        value = args.jobs if args.jobs is not None else load_params(root / "params.yaml").parallel.jobs
+    except ParamError as e:
+        raise SystemExit(f"error: {e}") from None
+    if value != "auto" and not (str(value).isdigit() and int(value) >= 1):
+        raise SystemExit(f"error: -j/--jobs: expected an integer >= 1 or 'auto', got {value!r}")
+    jobs = resolve_jobs(value if value == "auto" else int(value))
+    p = plan(root, args.targets, args.force)
+    if not p.order:
+        print("Data and pipelines are up to date.")
+        return
+    print(f"{len(p.order)} stage(s) to run, {jobs} at a time" + (" (forced)" if args.force else ""), flush=True)
+    if args.dry:
+        for name in p.order:
+            print(f"  {name}" + (f"   (after {', '.join(sorted(p.needs[name]))})" if p.needs[name] else ""))
+        return
+
+    def command(name: str) -> list[str]:
+        return ["dvc", "--wait-for-lock", "repro", "--single-item", *(["-f"] if args.force else []), name]
+
+    t0 = time.perf_counter()
+    rc, times = execute(p, jobs, command, root, say=lambda msg: print(msg, flush=True))
+    total = time.perf_counter() - t0
+    if args.timing is not None:
+        record = timing_record(times, total, jobs, " ".join(["python scripts/repro.py", *sys.argv[1:]]), rc)
+        args.timing.parent.mkdir(parents=True, exist_ok=True)
+        args.timing.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(f"{'done' if rc == 0 else 'stopped'}: {len(times)} stage(s) in {total / 60:.1f} min", flush=True)
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""scripts/repro.py: `dvc repro` with independent stages side by side, on a small DVC project of
+sleeping stages (a and b independent, c after both; a failing stage stops what depends on it)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+import repro  # noqa: E402
+
+STAMP = "import sys, time; t = time.time(); time.sleep({sleep}); open(sys.argv[1], 'w').write(f'{{t}} {{time.time()}}')"
+
+
+def _stage(name: str, deps: list[str], sleep: float = 1.5, fail: bool = False) -> dict:
+    code = "import sys; sys.exit(3)" if fail else STAMP.format(sleep=sleep)
+    return {"cmd": f'{sys.executable} -c "{code}" {name}.out', "deps": deps or ["input.txt"], "outs": [f"{name}.out"]}
+
+
+def _project(root: Path, stages: dict) -> Path:
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["dvc", "init", "-q"], cwd=root, check=True)
+    (root / "input.txt").write_text("x\n")
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
+    return root
+
+
+def _repro(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPTS / "repro.py"), *args], cwd=root, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_span_and_timing_groups() -> None:
+    assert repro._span([(0, 2), (1, 3), (5, 6)]) == 4
+    rec = repro.timing_record({"t@a": (0.0, 2.0), "t@b": (1.0, 3.0), "u": (3.0, 4.0)}, 4.0, 2, "cmd", 0)
+    assert rec["by_stage_group"] == {"t": 3.0, "u": 1.0}  # wall time, not the 4.0 s of stage time
+    assert rec["by_stage"] == {"t@a": 2.0, "t@b": 2.0, "u": 1.0}
+
+
+def test_ready_stages_most_downstream_work_first() -> None:
+    p = repro.Plan(order=["a", "b", "c", "d"], needs={"a": set(), "b": set(), "c": {"b"}, "d": {"a", "b"}},
+                   downstream={"a": 1, "b": 2})
+    assert repro.next_ready(p, set(), set()) == ["b", "a"]
+    assert repro.next_ready(p, {"b"}, {"b", "a"}) == ["c"]
+    assert repro.next_ready(p, {"a", "b"}, {"a", "b"}) == ["c", "d"]
+
+
+@pytest.mark.slow
+def test_independent_stages_run_side_by_side_and_dvc_records_them(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p", {"a": _stage("a", []), "b": _stage("b", []),
+                                     "c": _stage("c", ["a.out", "b.out"], sleep=0.1)})
+    proc = _repro(root, "-j", "2", "--timing", "t.json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (a0, a1), (b0, b1), (c0, _) = ([float(x) for x in (root / f"{s}.out").read_text().split()] for s in "abc")
+    assert a0 < b1 and b0 < a1, "a and b did not overlap"
+    assert c0 >= max(a1, b1), "c started before its dependencies finished"
+    assert "up to date" in subprocess.run(["dvc", "status"], cwd=root, capture_output=True, text=True).stdout
+    timing = json.loads((root / "t.json").read_text())
+    assert set(timing["by_stage"]) == {"a", "b", "c"} and timing["jobs"] == 2
+    again = _repro(root, "-j", "2")
+    assert again.returncode == 0 and "up to date" in again.stdout, again.stdout
+
+
+@pytest.mark.slow
+def test_a_failing_stage_stops_its_dependents_and_names_itself(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p", {"bad": _stage("bad", [], fail=True), "ok": _stage("ok", [], sleep=0.5),
+                                     "after": _stage("after", ["bad.out"], sleep=0.1)})
+    proc = _repro(root, "-j", "2")
+    assert proc.returncode == 1
+    assert "FAILED   bad (exit" in proc.stdout and ".dvc/tmp/repro/bad.log" in proc.stdout, proc.stdout
+    assert not (root / "after.out").exists() and (root / "ok.out").exists()
+
+
+def test_bad_jobs_value_is_named(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p", {"a": _stage("a", [])})
+    proc = _repro(root, "-j", "0")
+    assert proc.returncode != 0 and "-j/--jobs" in proc.stderr, proc.stderr

@@ -1,0 +1,48 @@
+"""lib/parallel.py: how many runs side by side (``parallel.jobs``) and how many threads each."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lib import parallel
+from lib.params import ParamError, load_params
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_auto_jobs_is_the_cores_on_a_cpu_and_one_with_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "available_cores", lambda: 2)
+    assert parallel.resolve_jobs("auto", cuda=False) == 2 and parallel.threads_per_run("auto", cuda=False) == 1
+    assert parallel.resolve_jobs("auto", cuda=True) == 1 and parallel.threads_per_run("auto", cuda=True) == 2
+    monkeypatch.setattr(parallel, "available_cores", lambda: 64)
+    assert parallel.resolve_jobs("auto", cuda=False) == parallel.MAX_AUTO_JOBS == 8
+    assert parallel.threads_per_run("auto", cuda=False) == 8
+    assert parallel.resolve_jobs(3, cuda=False) == 3 and parallel.threads_per_run(3, cuda=False) == 21
+    monkeypatch.setattr(parallel, "available_cores", lambda: 2)
+    assert parallel.threads_per_run(4, cuda=False) == 1  # never fewer than one
+
+
+@pytest.mark.parametrize("bad", [0, -1, "fast", True, 1.5])
+def test_a_bad_jobs_value_names_the_key(tmp_path: Path, bad: object) -> None:
+    import yaml
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["parallel"] = {"jobs": bad}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    with pytest.raises(ParamError, match=r"parallel\.jobs"):
+        load_params(path)
+
+
+def test_per_pair_and_per_seed_runs_share_the_cores_the_shared_model_keeps_them(monkeypatch) -> None:
+    from lib.train.run import spec_from_params
+
+    monkeypatch.setattr(parallel, "available_cores", lambda: 2)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    p = load_params(REPO / "params.yaml")
+    assert p.parallel.jobs == "auto"
+    assert spec_from_params(p, REPO, "baseline", "en-de", 1).threads == 1
+    assert spec_from_params(p, REPO, "local", "en-it", 3).threads == 1
+    assert spec_from_params(p, REPO, "asr_local", "en-es").threads == 1
+    assert spec_from_params(p, REPO, "asr_shared", "en-de").threads is None  # trains alone: every core
