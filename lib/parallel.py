@@ -48,3 +48,15 @@ def threads_per_run(jobs: int | str, *, cuda: bool | None = None) -> int:
     """Threads of one training run of a per-pair / per-seed stage on a CPU: the cores shared out
     among ``resolve_jobs(jobs)`` runs, at least one."""
     return max(1, available_cores() // resolve_jobs(jobs, cuda=cuda))
+
+
+def share_cores(jobs: int | str) -> None:
+    """A per-pair stage on a CPU: ``threads_per_run(jobs)`` torch threads, as the per-pair and per-seed
+    training runs use. ``make repro`` runs such stages beside others, and OpenMP threads that wait at
+    every barrier for a sibling the OS has descheduled made them 7-15x slower there (select_windows
+    and analyze with 2 threads beside a 1-thread training run on 2 cores: 88-228 s instead of 10-20 s).
+    The stage lists ``parallel`` among its params: the thread count may change its results' last bits."""
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.set_num_threads(threads_per_run(jobs, cuda=False))

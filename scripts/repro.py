@@ -20,8 +20,12 @@ the running ones finish, and the exit status is 1. Ctrl-C stops every running st
 stage resumes from its last checkpoint on the next run). `--timing FILE` writes every stage's
 start and end (seconds from the start) and the wall time per stage group (`scripts/time_repro.py`).
 
-Which stages come first among the ready ones: those with the most stages downstream (seed 1's
-baselines, whose analysis leads to every local run), then dvc.yaml order.
+Only stages that list `parallel` among their params (per-pair and per-seed stages, which train and
+analyse with cores // jobs threads) run beside each other; every other stage runs alone, with the
+whole machine: the shared ASR model (every core, and its `amp: auto` probe must time steps on a
+quiet machine), the corpus and prepare worker pools, the report. Which stages come first among the
+ready ones: those with the most stages downstream (seed 1's baselines, whose analysis leads to every
+local run), then dvc.yaml order; the first that cannot start yet holds back the ones behind it.
 """
 from __future__ import annotations
 
@@ -48,6 +52,10 @@ class Plan:
     order: list[str]
     needs: dict[str, set[str]]
     downstream: dict[str, int] = field(default_factory=dict)  # how many planned stages depend on it
+    # stages that list `parallel` among their params share the machine (cores // jobs threads each);
+    # every other stage runs alone: it uses every core (the shared ASR model, the corpus and
+    # prepare worker pools) or is short, and a probe or a 2-thread run beside another is distorted
+    shares: set[str] = field(default_factory=set)
 
 
 def plan(root: Path, targets: list[str], force: bool) -> Plan:
@@ -82,7 +90,25 @@ def plan(root: Path, targets: list[str], force: bool) -> Plan:
                                                                             key=lambda s: rank.get(s, 0))]
         needs = {s.addressing: {u.addressing for u in sub.successors(s)} for s in sub.nodes}
         downstream = {s.addressing: len(nx.ancestors(sub, s)) for s in sub.nodes}
-    return Plan(order=order, needs=needs, downstream=downstream)
+        shares = {s.addressing for s in sub.nodes if "parallel" in _param_keys(s)}
+    return Plan(order=order, needs=needs, downstream=downstream, shares=shares)
+
+
+def _param_keys(stage) -> set[str]:
+    """The params.yaml keys a DVC stage lists (its ``params:``)."""
+    from dvc.dependency.param import ParamsDependency
+
+    return {k for d in stage.deps if isinstance(d, ParamsDependency) for k in (d.params or [])}
+
+
+def can_start(p: Plan, name: str, running: set[str], jobs: int) -> bool:
+    """Whether ``name`` may start beside ``running``: a stage that shares the machine while fewer than
+    ``jobs`` such stages run and nothing runs alone; any other stage only on an idle machine."""
+    if not running:
+        return True
+    if name not in p.shares or not running <= p.shares:
+        return False
+    return len(running) < jobs
 
 
 def next_ready(p: Plan, done: set[str], started: set[str]) -> list[str]:
@@ -130,7 +156,9 @@ def execute(p: Plan, jobs: int, command: Callable[[str], list[str]], root: Path,
     try:
         while True:
             if not failed:
-                for name in next_ready(p, done, set(running) | done)[: max(0, jobs - len(running))]:
+                for name in next_ready(p, done, set(running) | done):
+                    if not can_start(p, name, set(running), jobs):
+                        break  # the most urgent stage waits for room: nothing behind it jumps the queue
                     log = log_dir / f"{name}.log"
                     out = None if jobs == 1 else open(log, "w", encoding="utf-8")
                     proc = subprocess.Popen(command(name), cwd=root, stdout=out, stderr=subprocess.STDOUT if out else None,

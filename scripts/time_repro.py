@@ -39,7 +39,13 @@ def main() -> None:
     cmd = [sys.executable, str(ROOT / "scripts" / "repro.py"), *args, "--timing", str(out)]
     load0 = os.getloadavg()
     t0 = time.perf_counter()
-    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    while True:  # Ctrl-C reaches scripts/repro.py too, which stops its stages: wait for it, never kill it
+        try:
+            rc = proc.wait()
+            break
+        except KeyboardInterrupt:
+            continue
     end = time.perf_counter()
     if not out.is_file():  # nothing ran (up to date, or a bad argument)
         sys.exit(rc)

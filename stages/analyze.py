@@ -19,6 +19,7 @@ from pathlib import Path
 
 from _common import ROOT, run_stage, stage_params
 
+from lib.parallel import share_cores
 from lib.analysis.pipeline import PairPaths, analyze_pair
 
 
@@ -30,6 +31,7 @@ def main() -> None:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     p = stage_params(args.pair)
+    share_cores(p.parallel.jobs)
     a = p.analysis
     paths = PairPaths.build(ROOT, args.pair, p.data.prepared_dir, a.st_seed,
                             asr_model=args.asr_model, st_model=args.st_model)

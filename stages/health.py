@@ -23,6 +23,7 @@ from _common import ROOT, run_stage, stage_params
 from lib import layout
 from lib.analysis.health import health_stage
 from lib.layout import RunPaths
+from lib.parallel import share_cores
 
 
 def main() -> None:
@@ -32,6 +33,7 @@ def main() -> None:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     p = stage_params(args.pair)
+    share_cores(p.parallel.jobs)
     a = p.analysis
     if args.model == "asr":
         model_path, producer = RunPaths(ROOT, "asr", args.pair).model, "train_asr"

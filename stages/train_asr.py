@@ -24,6 +24,7 @@ import sys
 
 from _common import ROOT, run_stage, stage_params
 
+from lib.parallel import share_cores
 from lib.train.loop import init_distributed
 from lib.train.run import (adopt_shared_asr, asr_fork_at, run, spec_from_params, write_no_fork,
                            write_unused_shared_asr)
@@ -42,6 +43,7 @@ def main() -> None:
         print(json.dumps(write_unused_shared_asr(ROOT)))
         return
     if not args.shared and shared:
+        share_cores(p.parallel.jobs)  # it decodes this pair's test set, beside other stages under `make repro`
         try:
             metrics = adopt_shared_asr(p, ROOT, args.pair)
         except (FileNotFoundError, ValueError) as e:

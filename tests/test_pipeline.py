@@ -143,8 +143,11 @@ def test_second_repro_is_noop_and_params_invalidate_only_dependents(tiny_repo: P
         by_jobs = changed_by(parallel={"jobs": 1})
         assert ({f"train_{s}@{p}" for s in ("asr", "asr_local") for p in pairs}
                 | {f"train_{s}@{p}-1" for s in ("baseline", "local") for p in pairs}) <= by_jobs
+        # ... and the per-pair analyses, which share the cores the same way (lib.parallel.share_cores)
+        assert {f"{s}@{p}" for s in ("analyze", "select_windows", "health_asr", "health_st") for p in pairs} <= by_jobs
         assert all(name.split("@")[0] in ("train_asr", "train_asr_local", "train_baseline", "train_local",
-                                          "train_asr_smoothing", "train_smoothing") for name in by_jobs), by_jobs
+                                          "train_asr_smoothing", "train_smoothing", "analyze", "select_windows",
+                                          "health_asr", "health_st") for name in by_jobs), by_jobs
     finally:
         params_path.write_text(original)
 

@@ -17,9 +17,10 @@ import repro  # noqa: E402
 STAMP = "import sys, time; t = time.time(); time.sleep({sleep}); open(sys.argv[1], 'w').write(f'{{t}} {{time.time()}}')"
 
 
-def _stage(name: str, deps: list[str], sleep: float = 1.5, fail: bool = False) -> dict:
+def _stage(name: str, deps: list[str], sleep: float = 1.5, fail: bool = False, shares: bool = True) -> dict:
     code = "import sys; sys.exit(3)" if fail else STAMP.format(sleep=sleep)
-    return {"cmd": f'{sys.executable} -c "{code}" {name}.out', "deps": deps or ["input.txt"], "outs": [f"{name}.out"]}
+    stage = {"cmd": f'{sys.executable} -c "{code}" {name}.out', "deps": deps or ["input.txt"], "outs": [f"{name}.out"]}
+    return {**stage, "params": ["parallel"]} if shares else stage
 
 
 def _project(root: Path, stages: dict) -> Path:
@@ -27,6 +28,7 @@ def _project(root: Path, stages: dict) -> Path:
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     subprocess.run(["dvc", "init", "-q"], cwd=root, check=True)
     (root / "input.txt").write_text("x\n")
+    (root / "params.yaml").write_text("parallel:\n  jobs: 2\n")
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
     return root
 
@@ -43,6 +45,14 @@ def test_span_and_timing_groups() -> None:
     assert rec["by_stage"] == {"t@a": 2.0, "t@b": 2.0, "u": 1.0}
 
 
+def test_only_stages_that_share_the_machine_run_beside_each_other() -> None:
+    p = repro.Plan(order=["s1", "s2", "s3", "alone"], needs={n: set() for n in ("s1", "s2", "s3", "alone")},
+                   shares={"s1", "s2", "s3"})
+    assert repro.can_start(p, "s2", {"s1"}, 2) and not repro.can_start(p, "s3", {"s1", "s2"}, 2)
+    assert not repro.can_start(p, "alone", {"s1"}, 2) and repro.can_start(p, "alone", set(), 2)
+    assert not repro.can_start(p, "s1", {"alone"}, 2)
+
+
 def test_ready_stages_most_downstream_work_first() -> None:
     p = repro.Plan(order=["a", "b", "c", "d"], needs={"a": set(), "b": set(), "c": {"b"}, "d": {"a", "b"}},
                    downstream={"a": 1, "b": 2})
@@ -54,15 +64,19 @@ def test_ready_stages_most_downstream_work_first() -> None:
 @pytest.mark.slow
 def test_independent_stages_run_side_by_side_and_dvc_records_them(tmp_path: Path) -> None:
     root = _project(tmp_path / "p", {"a": _stage("a", []), "b": _stage("b", []),
-                                     "c": _stage("c", ["a.out", "b.out"], sleep=0.1)})
+                                     "c": _stage("c", ["a.out", "b.out"], sleep=0.1),
+                                     "d": _stage("d", ["c.out"], sleep=0.5, shares=False),
+                                     "e": _stage("e", ["c.out"], sleep=0.5)})
     proc = _repro(root, "-j", "2", "--timing", "t.json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (a0, a1), (b0, b1), (c0, _) = ([float(x) for x in (root / f"{s}.out").read_text().split()] for s in "abc")
     assert a0 < b1 and b0 < a1, "a and b did not overlap"
     assert c0 >= max(a1, b1), "c started before its dependencies finished"
+    (d0, d1), (e0, e1) = ([float(x) for x in (root / f"{s}.out").read_text().split()] for s in "de")
+    assert d1 <= e0 or e1 <= d0, "d (no `parallel` param) ran beside e"
     assert "up to date" in subprocess.run(["dvc", "status"], cwd=root, capture_output=True, text=True).stdout
     timing = json.loads((root / "t.json").read_text())
-    assert set(timing["by_stage"]) == {"a", "b", "c"} and timing["jobs"] == 2
+    assert set(timing["by_stage"]) == {"a", "b", "c", "d", "e"} and timing["jobs"] == 2
     again = _repro(root, "-j", "2")
     assert again.returncode == 0 and "up to date" in again.stdout, again.stdout
 
