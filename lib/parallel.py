@@ -2,9 +2,9 @@
 
 DVC runs one stage at a time. On a 2-core CPU one demo training run does not keep both cores busy:
 its many small kernels (d = 128) and the Python between them scale poorly past one thread.
-Measured on the project's 2-core AMD EPYC (``python benchmarks/parallel_runs.py``): two ST runs
-side by side with one thread each train 1.36x (fp32) and 1.36-1.9x (bf16) as many updates per
-second as the same two runs one after the other with two threads each. So ``scripts/repro.py``
+Measured on the project's 2-core AMD EPYC (``python benchmarks/parallel_runs.py --tasks st
+--updates 80``): two ST runs side by side with one thread each finish 1.35x (fp32) and 1.43x (bf16)
+sooner than the same two runs one after the other with two threads each. So ``scripts/repro.py``
 (``make repro``) runs independent stages (the 30 ST runs, the three ASR forks, the per-pair
 analyses) ``parallel.jobs`` at a time, and every training run of a per-pair or per-seed stage
 uses ``cores // jobs`` threads.
