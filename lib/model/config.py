@@ -66,6 +66,9 @@ class ModelConfig:
     # Diagnostic control, not in the paper: a zero-initialised learned relative-position bias per
     # encoder head over offsets clipped to [-K, K] (K = rel_pos_bias; 0 = off, full attention only).
     rel_pos_bias: int = 0
+    # Under bf16 / fp16 autocast, run every encoder self-attention core (scores, softmax, weighted
+    # sum) in fp32 (the projections stay low precision). Off: the device's autocast policy (CPU: bf16).
+    attention_fp32: bool = False
 
     def __post_init__(self) -> None:
         if self.encoder_attention is None:
@@ -93,6 +96,8 @@ class ModelConfig:
             raise ValueError(f"subsampler_norm must be one of {list(SUBSAMPLER_NORMS)}, got {self.subsampler_norm!r}")
         if not isinstance(self.scale_embedding, bool):
             raise ValueError(f"scale_embedding must be true or false, got {self.scale_embedding!r}")
+        if not isinstance(self.attention_fp32, bool):
+            raise ValueError(f"attention_fp32 must be true or false, got {self.attention_fp32!r}")
 
     def _check_head_selection(self) -> None:
         """Head-selection specs (specs/variants.md §2.3): each encoder ``head_select`` layer is checked
@@ -117,12 +122,15 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True).
 
-        Decoder attention specs are left out when None (plain attention), so the configs -- and the
-        resume fingerprints -- of models without decoder variants are those from before they existed."""
+        Decoder attention specs are left out when None (plain attention), and ``attention_fp32`` when
+        False, so the configs -- and the resume fingerprints -- of models without them are those from
+        before they existed."""
         d = asdict(self)
         for name in ("decoder_self_attention", "cross_attention"):
             if d[name] is None:
                 del d[name]
+        if not d["attention_fp32"]:
+            del d["attention_fp32"]
         return d
 
     @classmethod

@@ -178,6 +178,7 @@ class EncoderLayer(nn.Module):
         self.self_attn: SelfAttention = build_attention(
             attention_spec, cfg.d_model, cfg.n_heads, cfg.attention_dropout, rel_pos_max=cfg.rel_pos_bias
         )
+        self.self_attn.core_fp32 = cfg.attention_fp32
         self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
         self.fc1 = nn.Linear(cfg.d_model, cfg.ffn_dim)
         self.fc2 = nn.Linear(cfg.ffn_dim, cfg.d_model)

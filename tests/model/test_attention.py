@@ -235,3 +235,47 @@ def test_training_path_with_dropout_uses_the_fast_mask_and_is_seeded():
     a = attn(x, mask).out
     torch.manual_seed(3)
     torch.testing.assert_close(attn(x, mask).out, a, rtol=0, atol=0)
+
+
+
+@pytest.mark.parametrize("spec", [{"type": "full"}, {"type": "local", "window": 3}])
+def test_core_fp32_runs_the_core_in_fp32_under_bf16_autocast(spec):
+    """core_fp32 (model.overrides.attention_fp32): projections in bf16 (autocast), scores / softmax /
+    weighted sum in fp32; the weights equal the fp32 softmax of the bf16-rounded projections and the
+    output is out_proj (bf16) of that core. Without it the core stays in bf16 (CPU autocast)."""
+    torch.manual_seed(0)
+    attn = build_attention(spec, D, H, 0.0).eval()
+    x, mask, _ = _inputs()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert attn(x, mask, need_weights=True).weights.dtype == torch.bfloat16  # default: autocast's policy
+        attn.core_fp32 = True
+        res = attn(x, mask, need_weights=True)
+        q, k, v = attn._project(x)
+    assert q.dtype == torch.bfloat16  # autocast is on for the projections
+    assert res.weights.dtype == torch.float32  # ...and off for the core
+    with torch.autocast("cpu", enabled=False):
+        ctx, weights = attn.attend(q.float(), k.float(), v.float(), mask, need_weights=True)[:2]
+    torch.testing.assert_close(res.weights, weights, rtol=0, atol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attn.out_proj(attn._merge(ctx.to(torch.bfloat16)))
+    torch.testing.assert_close(res.out, out, rtol=0, atol=0)
+    attn.train()  # gradients flow back through the casts to every parameter
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        attn(x, mask).out.float().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in attn.parameters())
+
+
+def test_attention_fp32_reaches_every_encoder_layer_and_stays_out_of_default_configs():
+    from lib.model.config import ModelConfig
+    from lib.model.s2t_transformer import S2TTransformer, model_config
+
+    cfg = model_config("demo", vocab_size=20, attention_fp32=True)
+    model = S2TTransformer(cfg)
+    assert all(layer.self_attn.core_fp32 for layer in model.encoder.layers)
+    assert cfg.to_dict()["attention_fp32"] is True
+    assert ModelConfig.from_dict(cfg.to_dict()).attention_fp32 is True
+    default = model_config("demo", vocab_size=20)
+    assert "attention_fp32" not in default.to_dict()  # old checkpoints' configs and fingerprints hold
+    assert not any(layer.self_attn.core_fp32 for layer in S2TTransformer(default).encoder.layers)
+    with pytest.raises(ValueError, match="attention_fp32"):
+        model_config("demo", vocab_size=20, attention_fp32="yes")
