@@ -17,7 +17,9 @@ Shared by training (lib/train/loop.py) and decoding (lib/decode/beam_search.py).
   one, so it wins ties and near-ties; the median, because single steps on 2 cores vary 0.8-1.6x).
   The answer is cached under ``~/.cache/locality-st/precision/`` (``LOCALITY_ST_CACHE`` moves
   it), keyed by CPU model, torch version, thread count, model and batch size, so every run on a
-  machine gets the same answer: same seed, same machine, same metrics. Runs record the precision
+  machine gets the same answer: same seed, same machine, same metrics. The model is the
+  *baseline's* (:func:`baseline_model_config`): a local-attention (smoothing, head-selection) run
+  trains in the precision measured for its baseline, so the two differ in the attention only. Runs record the precision
   they used in their metrics (``precision``, ``decode_precision``) and in their checkpoint's
   fingerprint, so a run never resumes in another precision.
 """
@@ -218,6 +220,22 @@ def probe_step_times(model_config: dict[str, Any], batches: list, ctc_weight: fl
             "speedup": statistics.median(f / b for f, b in zip(steps["none"], steps["bf16"]))}
 
 
+def baseline_model_config(model_config: dict[str, Any]) -> dict[str, Any]:
+    """The model config that ``amp: auto``'s probe times and keys its cache on: ``model_config`` with
+    every attention variant replaced by the baseline's (full encoder self-attention, plain decoder
+    attention). So every system of a pair and data (local attention, smoothing, head selection)
+    trains in the precision measured for its baseline, and a comparison with the baseline differs in
+    the attention only, never in the precision: when each system had its own probe, en-de's baselines
+    trained in bf16 and its local models in fp32 in one run (2026-11-25, README "Precision and speed
+    on CPU"). A full-attention model's config is returned unchanged (its cache key too)."""
+    d = dict(model_config)
+    if d.get("encoder_attention") is not None:
+        d["encoder_attention"] = [{"type": "full"} for _ in d["encoder_attention"]]
+    d.pop("decoder_self_attention", None)
+    d.pop("cross_attention", None)
+    return d
+
+
 def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, Any], max_frames: int,
                       probe_batches: Callable[[], list], ctc_weight: float = 0.0, data_id: str = "",
                       pad_to: tuple[int, int] = (1, 1), bf16_pad_to: tuple[int, int] | None = None,
@@ -226,13 +244,15 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
     bf16, which is measured (:func:`probe_step_times` on ``probe_batches()``, a few of the run's
     training batches; ``data_id`` names that data in the cache key) once per machine, model,
     data, batch size and batch padding (``pad_to``: the run's ``pad_frames_to, pad_tokens_to``)
-    and cached (module docstring): ``bf16`` when it is at least ``BF16_MIN_SPEEDUP`` x faster,
+    and cached (module docstring); the model is the baseline of ``model_config``
+    (:func:`baseline_model_config`): ``bf16`` when it is at least ``BF16_MIN_SPEEDUP`` x faster,
     else ``none``. When a bf16 run would pad its batches otherwise (``bf16_pad_to``, with
     ``bf16_probe_batches()``: the same batches so padded), bf16 is timed on those: each precision as
     it would train. The choice and its figures go to stderr."""
     resolved = resolve_amp(amp, device)
     if amp != "auto" or device.type != "cpu" or resolved != "bf16":
         return resolved
+    model_config = baseline_model_config(model_config)  # every system of a pair: its baseline's precision
     ident = {"cpu": _cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
              "probe": PROBE_VERSION, "model": model_config, "max_frames": int(max_frames),
              "ctc_weight": float(ctc_weight), "data": data_id}

@@ -96,6 +96,37 @@ def test_train_amp_auto_is_cached_per_model_data_and_batch(monkeypatch, tmp_path
     assert len(calls) == 4
 
 
+def test_every_attention_variant_of_a_model_gets_its_baselines_precision(monkeypatch, tmp_path):
+    """The probe keys on (and times) the baseline model: a local / smoothed / head-selection run of the
+    same size, data and batch reads the baseline's cached answer, even where its own model would time
+    otherwise; a full-attention model's config is left as it is (the caches of baselines hold)."""
+    from lib.model.config import model_config
+
+    monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
+    cpu = torch.device("cpu")
+    full = model_config("demo", vocab_size=20).to_dict()
+    assert precision.baseline_model_config(full) == full
+    local = model_config("demo", vocab_size=20, encoder_attention=[{"type": "full"}] * 3 + [
+        {"type": "local", "window": w} for w in (1, 3, 5, 7, 9, 1, 3, 5, 7)]).to_dict()
+    smooth = model_config("demo", vocab_size=20, cross_attention={"type": "smooth", "prior": "uniform"}).to_dict()
+    assert precision.baseline_model_config(local) == full and precision.baseline_model_config(smooth) == full
+    timed: list[dict] = []
+
+    def probe(model_config, batches, ctc_weight=0.0, bf16_batches=None):
+        timed.append(model_config)
+        return {"none": 0.2, "bf16": 0.1, "speedup": 2.0}
+
+    monkeypatch.setattr(precision, "probe_step_times", probe)
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    args = dict(probe_batches=_three, data_id="a")
+    assert precision.resolve_train_amp("auto", cpu, full, 100, **args) == "bf16"
+    _fake_probe(monkeypatch, fp32=0.100, bf16=0.200)  # the local model alone would pick fp32
+    assert precision.resolve_train_amp("auto", cpu, local, 100, **args) == "bf16"
+    assert precision.resolve_train_amp("auto", cpu, smooth, 100, **args) == "bf16"
+    assert timed == [full]  # one probe, of the baseline model
+    assert len(list((tmp_path / "precision").glob("train-*.json"))) == 1
+
+
 def test_train_amp_explicit_or_without_native_bf16_is_never_measured(monkeypatch, tmp_path):
     monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
     cpu = torch.device("cpu")
