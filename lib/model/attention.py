@@ -279,7 +279,7 @@ class SelfAttention(nn.Module):
             # The projections ran in low precision under autocast; the core (scores, softmax,
             # weighted sum, and their backward) runs in fp32 with autocast off, as CUDA's autocast
             # keeps softmax (CPU's leaves all of it in bf16). Opt-in (model.overrides.attention_fp32):
-            # measured in README "Precision and speed on CPU", it costs ~12 % of a bf16 step of the
+            # measured in README "Precision and speed on CPU", it costs ≈ 11 % of a bf16 step of the
             # full-attention model and moved 5-seed BLEU by no more than the seeds' spread.
             dtype = q.dtype
             if prev_attn is not None:
