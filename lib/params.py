@@ -160,6 +160,10 @@ class TrainConfig:
     adam_betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.0
     ctc_weight: float = 0.0  # auxiliary encoder CTC loss (ESPnet-style); 0 in the paper
+    # A demo option (not in the paper, which uses one lr): the encoder's parameters (subsampler,
+    # layers, final LayerNorm, CTC projection) step with lr x this factor; 1.0 = one lr for all.
+    # For ST fine-tuning of a pretrained encoder on a short schedule (lib.train.loop.make_optimizer).
+    encoder_lr_scale: float = 1.0
     specaugment: bool = True
     # ST only, a demo option (not in the paper): also initialise the decoder's layers (not its
     # embeddings / output projection) from the ASR model, whose decoder already aligns with the encoder.
@@ -199,6 +203,8 @@ class TrainConfig:
                 raise ValueError(f"{prefix}.{name} must be >= 1, got {value}")
         if not 0.0 < self.specaug_time_p <= 1.0:
             raise ValueError(f"{prefix}.specaug_time_p must be in (0, 1], got {self.specaug_time_p}")
+        if not 0.0 < self.encoder_lr_scale <= 1.0:
+            raise ValueError(f"{prefix}.encoder_lr_scale must be in (0, 1], got {self.encoder_lr_scale}")
         if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:
             raise ValueError(f"{prefix}: lr and clip_norm must be > 0, label_smoothing in [0, 1), ctc_weight >= 0")
 

@@ -56,6 +56,7 @@ def test_size_overrides_are_the_only_deviation_from_the_paper_profile() -> None:
     assert set(get_key(params, "model.overrides")) <= WIDTHS and get_key(params, "model.size") == "s"
     assert get_key(params, "asr.mode") == "per_pair"
     assert get_key(params, "train_st.update_freq") == get_key(params, "train_asr.update_freq") == 8
+    assert get_key(params, "train_st.encoder_lr_scale") == 1.0  # one lr, as in the paper
 
 
 @pytest.mark.slow

@@ -185,6 +185,20 @@ class Resume:
     fork: bool = False
 
 
+#: Training keys added after runs were fingerprinted, with the value that changes nothing: left out of
+#: the fingerprint at that value, so checkpoints (and fork states) of earlier runs keep matching.
+_NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0}
+
+
+def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """``cfg`` as the dict a run's fingerprint hashes (``asdict`` minus keys at their neutral value)."""
+    d = asdict(cfg)
+    for key, neutral in _NEUTRAL_TRAIN_KEYS.items():
+        if d.get(key) == neutral:
+            del d[key]
+    return d
+
+
 def decide_resume(ckpt_dir: Path, cfg: TrainConfig, run_config: dict[str, Any],
                   log: Callable[[str], None] | None = None) -> Resume:
     """Whether the run resumes from ``<ckpt_dir>/last.pt``: only when it has the run's fingerprint.
@@ -195,7 +209,7 @@ def decide_resume(ckpt_dir: Path, cfg: TrainConfig, run_config: dict[str, Any],
     fingerprint>.pt`` (so at most one stale file is kept). Under torchrun this is a collective:
     every rank calls it, rank 0 decides and broadcasts the state it loaded.
     """
-    config = {"train": asdict(cfg), **run_config}
+    config = {"train": train_config_dict(cfg), **run_config}
     fp = ckpt.fingerprint(config)
     rank, world = dist_info()
     state = _matching_last(Path(ckpt_dir) / "last.pt", fp, config, log or tqdm.write) if rank == 0 else None
@@ -327,9 +341,21 @@ OPTIMIZER = "adam_fused"  # recorded in run_config: a change of optimizer implem
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """Adam with fairseq's betas / weight decay; the fused kernel (one pass over each parameter
     instead of ~10 elementwise ops) on CPU and CUDA: 4-5 % of a demo training step on 2 CPU cores
-    (benchmarks/train_real_batches.py), and deterministic like the for-loop version."""
+    (benchmarks/train_real_batches.py), and deterministic like the for-loop version.
+
+    ``cfg.encoder_lr_scale`` < 1 puts ``model.encoder``'s parameters in a group of their own whose
+    ``lr_scale`` the training loop multiplies into every update's lr (the rest keep 1.0). At 1.0
+    there is one group, exactly the optimizer of before the option existed."""
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in model.parameters())
-    return torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay,
+    params: Any = model.parameters()
+    if cfg.encoder_lr_scale != 1.0:
+        encoder = getattr(model, "encoder", None)
+        if encoder is None:
+            raise ValueError(f"encoder_lr_scale = {cfg.encoder_lr_scale}: {type(model).__name__} has no encoder")
+        mine = {id(p) for p in encoder.parameters()}
+        params = [{"params": [p for p in model.parameters() if id(p) in mine], "lr_scale": cfg.encoder_lr_scale},
+                  {"params": [p for p in model.parameters() if id(p) not in mine], "lr_scale": 1.0}]
+    return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay,
                             fused=fused or None)
 
 
@@ -366,7 +392,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
         snap_dir.mkdir(parents=True, exist_ok=True)
     if resume is None:
         resume = decide_resume(ckpt_dir, cfg, run_config, say)
-    elif resume.config != {"train": asdict(cfg), **run_config}:
+    elif resume.config != {"train": train_config_dict(cfg), **run_config}:
         raise ValueError("train(resume=...) was decided for another config than cfg and run_config")
 
     model.to(device)
@@ -431,7 +457,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             lr = learning_rate(st.update, cfg.lr_scheduler, cfg.lr, cfg.warmup_updates, cfg.max_updates,
                                cfg.warmup_init_lr)
             for g in optimizer.param_groups:
-                g["lr"] = lr
+                g["lr"] = lr * g.get("lr_scale", 1.0)
             scaler.step(optimizer)
             scaler.update()
             st.update += 1

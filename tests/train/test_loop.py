@@ -345,3 +345,79 @@ def test_optimizer_is_fused_adam_and_matches_the_for_loop_one() -> None:
             opt.step()
     for pa, pb in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- encoder_lr_scale
+
+
+def _tiny_s2t(seed: int = 0):
+    from lib.model.s2t_transformer import S2TTransformer, model_config
+
+    torch.manual_seed(seed)
+    return S2TTransformer(model_config("tiny", vocab_size=20))
+
+
+def test_encoder_lr_scale_one_is_the_single_group_optimizer_of_before() -> None:
+    from lib.params import TrainConfig
+    from lib.train.loop import make_optimizer, train_config_dict
+
+    model = _tiny_s2t()
+    opt = make_optimizer(model, TrainConfig())
+    assert len(opt.param_groups) == 1 and "lr_scale" not in opt.param_groups[0]
+    # ... and a run's fingerprint does not change with the key at its neutral value
+    assert "encoder_lr_scale" not in train_config_dict(TrainConfig())
+    assert train_config_dict(TrainConfig(encoder_lr_scale=0.2))["encoder_lr_scale"] == 0.2
+
+
+def test_encoder_lr_scale_steps_the_encoder_with_that_share_of_the_lr() -> None:
+    """Two groups that partition the parameters; after the loop's lr assignment one Adam step moves
+    every encoder parameter by exactly `scale` times (up to rounding) what it moves at scale 1, and
+    the decoder by the same amount."""
+    from lib.params import TrainConfig
+    from lib.train.loop import make_optimizer
+
+    scale = 0.25
+    moved = {}
+    for s in (1.0, scale):
+        model = _tiny_s2t()
+        opt = make_optimizer(model, TrainConfig(lr=1e-2, encoder_lr_scale=s))
+        if s != 1.0:
+            enc = {id(p) for p in model.encoder.parameters()}
+            assert [g["lr_scale"] for g in opt.param_groups] == [scale, 1.0]
+            assert {id(p) for p in opt.param_groups[0]["params"]} == enc
+            assert len(opt.param_groups[0]["params"]) + len(opt.param_groups[1]["params"]) == \
+                len(list(model.parameters()))
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        torch.manual_seed(1)
+        feats = torch.randn(2, 40, model.cfg.n_mels)
+        prev = torch.randint(4, 20, (2, 5))
+        model(feats, torch.tensor([40, 33]), prev).float().square().mean().backward()
+        for g in opt.param_groups:  # what lib.train.loop.train does before every step
+            g["lr"] = 1e-2 * g.get("lr_scale", 1.0)
+        opt.step()
+        moved[s] = {n: (p.detach() - before[n]) for n, p in model.named_parameters()}
+    checked = 0
+    for name, delta in moved[1.0].items():
+        if delta.abs().max() < 1e-6:
+            continue  # no gradient reached it (e.g. padding rows)
+        factor = scale if name.startswith("encoder.") else 1.0
+        torch.testing.assert_close(moved[scale][name], factor * delta, rtol=1e-4, atol=1e-7)
+        checked += 1
+    assert checked > 10
+
+
+def test_encoder_lr_scale_trains_deterministically_and_differs_from_one_lr(prepared: Path, tmp_path: Path) -> None:
+    m1, s1 = _driver.run_training(prepared, tmp_path / "a", train_overrides={"encoder_lr_scale": 0.2})
+    m2, s2 = _driver.run_training(prepared, tmp_path / "b", train_overrides={"encoder_lr_scale": 0.2})
+    m3, _ = _driver.run_training(prepared, tmp_path / "c")
+    assert_same_state(m1.state_dict(), m2.state_dict())
+    assert s1["history"] == s2["history"]
+    assert state_differs(m1.state_dict(), m3.state_dict())
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, 1.5])
+def test_encoder_lr_scale_out_of_range_is_named(bad: float) -> None:
+    from lib.params import TrainConfig
+
+    with pytest.raises(ValueError, match=r"train_st\.encoder_lr_scale"):
+        TrainConfig(encoder_lr_scale=bad).validate("train_st")
