@@ -2,9 +2,9 @@
 step time of our model against an equal-size model built from ``torch.nn.Transformer`` modules, and
 the pipeline's default precision (``amp: auto``: bf16 autocast where the CPU has it) against fp32.
 
-    python benchmarks/train_throughput.py [--size demo] [--reps 5]
+    python benchmarks/train_throughput.py [--size demo] [--reps 5] [--rounds 3]
 
-Prints, side by side in one run: ms per training step (forward + backward + Adam) on the same
+Prints, side by side in one run (interleaved rounds, medians): ms per training step (forward + backward + Adam) on the same
 batch for ours and for the nn.Transformer reference, their ratio (target <= 1.1), training
 throughput in input frames per second, and decoding speed (sentences per second, beam 5 and greedy)
 on tst-COMMON of the prepared en-de demo data with the trained ST model when it exists
@@ -58,7 +58,7 @@ class TorchReference(nn.Module):
 
 
 def step_time(model: nn.Module, batch, reps: int, amp: str = "none") -> float:
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)  # the pipeline's (lib.train.loop.make_optimizer)
     feats, lengths, prev, target = batch
     times = []
     for i in range(reps + 2):
@@ -78,6 +78,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="demo")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians over rounds")
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--tokens", type=int, default=15)
@@ -93,17 +94,26 @@ def main() -> None:
           f"{cfg.encoder_layers}+{cfg.decoder_layers} layers; batch {args.batch} x {args.frames} frames x "
           f"{args.tokens} tokens; params ours {sum(p.numel() for p in ours.parameters()):,}, "
           f"nn.Transformer {sum(p.numel() for p in ref.parameters()):,}")
-    t_ours = step_time(ours, (feats, lengths, prev, target), args.reps)
-    t_ref = step_time(ref, (feats, lengths, prev, target), args.reps)
+    batch = (feats, lengths, prev, target)
+    default = resolve_amp("auto", torch.device("cpu"))
+    # Rounds interleaved (fp32, reference, default precision, fp32, ...), the median over rounds of each
+    # round's median step: this host's speed drifts by 10-20 % over minutes, which a block of fp32 steps
+    # followed by a block of bf16 steps would read as a precision effect.
+    rounds: dict[str, list[float]] = {"ours": [], "ref": [], "default": []}
+    for _ in range(args.rounds):
+        rounds["ours"].append(step_time(ours, batch, args.reps))
+        rounds["ref"].append(step_time(ref, batch, args.reps))
+        if default != "none":
+            rounds["default"].append(step_time(ours, batch, args.reps, default))
+    t_ours, t_ref = statistics.median(rounds["ours"]), statistics.median(rounds["ref"])
     frames = args.batch * args.frames
     print(f"{'model':<16} {'ms/step':>9} {'frames/s':>10}")
     print(f"{'ours':<16} {t_ours * 1e3:>9.1f} {frames / t_ours:>10.0f}")
     print(f"{'nn.Transformer':<16} {t_ref * 1e3:>9.1f} {frames / t_ref:>10.0f}")
     print(f"ratio ours / nn.Transformer: {t_ours / t_ref:.2f} (target <= 1.1)")
     # The pipeline's default precision (amp: auto) against fp32, same model and batch.
-    default = resolve_amp("auto", torch.device("cpu"))
     if default != "none":
-        t_default = step_time(ours, (feats, lengths, prev, target), args.reps, default)
+        t_default = statistics.median(rounds["default"])
         print(f"{'ours fp32':<16} {t_ours * 1e3:>9.1f} {frames / t_ours:>10.0f}")
         print(f"{'ours ' + default:<16} {t_default * 1e3:>9.1f} {frames / t_default:>10.0f}")
         print(f"speed-up of amp: auto ({default}) over fp32 per training step: {t_ours / t_default:.2f}x "
@@ -123,16 +133,25 @@ def main() -> None:
         model = S2TTransformer(ModelConfig.from_dict(state["model_config"]))
         model.load_state_dict(state["model"])
         ds = SpeechDataset(prepared, "tst-COMMON", "st")
+        times: dict[tuple[str, int], list[float]] = {}
+        amps = list(dict.fromkeys(["none", default]))
+        for amp in amps:  # warm-up: oneDNN builds its kernels for these shapes on first use
+            translate_dataset(model.eval(), ds, 20000, BeamSearchConfig(beam=5, max_len_b=100), "cpu",
+                              progress=False, amp=amp)
+        for _ in range(args.rounds):  # interleaved rounds, as for training
+            for amp in amps:
+                for beam in (5, 1):
+                    t0 = time.perf_counter()
+                    translate_dataset(model.eval(), ds, 20000, BeamSearchConfig(beam=beam, max_len_b=100), "cpu",
+                                      progress=False, amp=amp)
+                    times.setdefault((amp, beam), []).append(time.perf_counter() - t0)
         speeds = {}
-        for amp in dict.fromkeys(["none", default]):
-            for beam in (5, 1):
-                t0 = time.perf_counter()
-                translate_dataset(model.eval(), ds, 20000, BeamSearchConfig(beam=beam, max_len_b=100), "cpu",
-                                  progress=False, amp=amp)
-                dt = time.perf_counter() - t0
-                speeds[amp, beam] = len(ds) / dt
-                print(f"decoding {model_path.relative_to(ROOT)} on {len(ds)} tst-COMMON sentences, beam {beam}, "
-                      f"{'fp32' if amp == 'none' else amp}: {dt:.2f} s = {len(ds) / dt:.1f} sentences/s")
+        for (amp, beam), ts in times.items():
+            dt = statistics.median(ts)
+            speeds[amp, beam] = len(ds) / dt
+            print(f"decoding {model_path.relative_to(ROOT)} on {len(ds)} tst-COMMON sentences, beam {beam}, "
+                  f"{'fp32' if amp == 'none' else amp}: {dt:.2f} s = {len(ds) / dt:.1f} sentences/s "
+                  f"(median of {len(ts)} rounds: {', '.join(f'{t:.2f}' for t in ts)} s)")
         if default != "none":
             print(f"decoding speed-up of {default} over fp32, beam 5: {speeds[default, 5] / speeds['none', 5]:.2f}x "
                   "(target >= 1.3)")

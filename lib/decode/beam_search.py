@@ -239,7 +239,9 @@ def beam_search(model: nn.Module, feats: Tensor, feat_lengths: Tensor, cfg: Beam
             if len(keep) < n:  # encoder rows of one sentence are identical: any of its rows will do
                 enc = enc.reorder(src)
             tokens = torch.cat([tokens[src], next_tok.reshape(-1, 1)], dim=1)
-            model.reorder_incremental_state(state, src)
+            # cross-attention caches only when a sentence left the batch (otherwise each row keeps
+            # its sentence, whose rows hold the same encoder keys / values)
+            model.reorder_incremental_state(state, src, cross=len(keep) < n)
             scores = next_scores
             step += 1
 

@@ -85,6 +85,7 @@ __all__ = [
     "band_logit_matrix",
     "bernoulli_kl",
     "build_attention",
+    "explicit_on_cpu",
     "gather_heads",
     "logistic_noise",
     "mask_bias",
@@ -112,6 +113,15 @@ def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
     """
     neg = torch.finfo(dtype).min / 2
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, neg)
+
+
+def explicit_on_cpu(q: Tensor) -> bool:
+    """Whether attention in eval on CPU takes the explicit path (q k^T, softmax, weights v) rather
+    than ``F.scaled_dot_product_attention``: for one query row (an incremental decoding step), where
+    SDPA's CPU flash kernel has a large fixed cost per call, and in bf16, where it is slower than two
+    bf16 matmuls. ``python benchmarks/attention_core.py`` prints both paths for the demo's shapes
+    (README "Benchmarks"). Same math; the last bits differ."""
+    return q.size(-2) == 1 or q.dtype == torch.bfloat16
 
 
 def key_padding_bias(key_padding_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
@@ -336,8 +346,9 @@ class FullAttention(SelfAttention):
     """
 
     def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
-        if need_weights or (self.training and self.dropout > 0 and q.device.type == "cpu"):
-            # (on CPU, training: the explicit path with the fast dropout mask, lib.model.dropout)
+        if need_weights or (q.device.type == "cpu" and (self.training and self.dropout > 0 or explicit_on_cpu(q))):
+            # (on CPU, training: the explicit path with the fast dropout mask, lib.model.dropout;
+            # in eval where SDPA's CPU kernel is the slower one, explicit_on_cpu)
             weights = self._softmax_weights(q, k, key_padding_mask)
             return self._weighted_sum(weights, v), weights
         ctx = F.scaled_dot_product_attention(

@@ -48,6 +48,7 @@ from lib.model.attention import (
     HeadSelection,
     SelfAttention,
     build_attention,
+    explicit_on_cpu,
     gather_heads,
     mask_bias,
     predicted_gate,
@@ -364,6 +365,7 @@ class MultiheadAttention(nn.Module):
             else:
                 k, v = self._split(self.k_proj(memory)), self._split(self.v_proj(memory))
                 if cache is not None:
+                    k, v = self._cache_form(k), self._cache_form(v)
                     cache["k"], cache["v"] = k, v
         return q, k, v, self._forbidden(q, k, key_padding_mask, causal)
 
@@ -377,12 +379,19 @@ class MultiheadAttention(nn.Module):
         if key_padding_mask is None:
             key_padding_mask = torch.zeros(B, L, dtype=torch.bool, device=k.device)
         if cache is not None:
+            k, v = MultiheadAttention._cache_form(k), MultiheadAttention._cache_form(v)
             if "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)
                 v = torch.cat([cache["v"], v], dim=2)
                 key_padding_mask = torch.cat([cache["pad"], key_padding_mask], dim=1)
             cache["k"], cache["v"], cache["pad"] = k, v, key_padding_mask
         return k, v, key_padding_mask
+
+    @staticmethod
+    def _cache_form(t: Tensor) -> Tensor:
+        """A key / value tensor as the incremental cache keeps it: contiguous, or every decoding
+        step's q @ k^T would copy all of k (the split heads are a transposed view)."""
+        return t.contiguous()
 
     @staticmethod
     def _forbidden(q: Tensor, k: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
@@ -405,9 +414,10 @@ class MultiheadAttention(nn.Module):
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
         """Plain attention core: ctx (B, H, L, dh) and, with ``need_weights``, the pre-dropout
         weights (B, H, L, S); the fused SDPA path otherwise."""
-        if need_weights or (self.training and self.dropout > 0 and q.device.type == "cpu"):
+        if need_weights or (q.device.type == "cpu" and (self.training and self.dropout > 0 or explicit_on_cpu(q))):
             # explicit weights; on CPU in training also the fast dropout mask (SDPA would fall back
-            # to its math path with torch's slow CPU Bernoulli mask, lib.model.dropout)
+            # to its math path with torch's slow CPU Bernoulli mask, lib.model.dropout); on CPU in
+            # eval where SDPA's CPU kernel is the slower one (lib.model.attention.explicit_on_cpu)
             w = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5 + mask_bias(mask, q.dtype), -1)
             ctx = torch.matmul(dropout(w, self.dropout, self.training), v)
         else:
@@ -716,10 +726,19 @@ class S2TTransformerDecoder(nn.Module):
         return self.output_projection(self.layer_norm(x))
 
     @staticmethod
-    def reorder_incremental_state(state: IncrementalState, new_order: Tensor) -> IncrementalState:
-        """Index the batch dimension of every cached tensor (in place; also returned)."""
+    def reorder_incremental_state(state: IncrementalState, new_order: Tensor, *,
+                                  cross: bool = True) -> IncrementalState:
+        """Index the batch dimension of every cached tensor (in place; also returned).
+
+        ``cross=False`` leaves the cross-attention caches ("cross") as they are. Beam search passes
+        it when ``new_order`` only permutes hypotheses among the rows of their own sentence: those
+        rows' cross-attention keys / values come from the same encoder rows, so they hold the same
+        values and reordering them would copy (B * beam, H, S, dh) per layer per step for nothing.
+        """
         for layer_cache in state.values():
-            for sub in layer_cache.values():
+            for kind, sub in layer_cache.items():
+                if kind == "cross" and not cross:
+                    continue
                 for key, t in sub.items():
                     sub[key] = t.index_select(0, new_order)
         return state
@@ -777,8 +796,9 @@ class S2TTransformer(nn.Module):
         """Teacher-forced logits (B, L, V)."""
         return self.decode(prev_tokens, self.encode(feats, feat_lengths, task=task))
 
-    def reorder_incremental_state(self, state: IncrementalState, new_order: Tensor) -> IncrementalState:
-        return self.decoder.reorder_incremental_state(state, new_order)
+    def reorder_incremental_state(self, state: IncrementalState, new_order: Tensor, *,
+                                  cross: bool = True) -> IncrementalState:
+        return self.decoder.reorder_incremental_state(state, new_order, cross=cross)
 
     def load_encoder_from(self, state_dict: dict[str, Tensor], *, expand_candidate_heads: bool = False) -> LoadReport:
         """Initialise the encoder (subsampler + layers + final LN) from another checkpoint,

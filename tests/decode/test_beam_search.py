@@ -63,7 +63,7 @@ class TableModel(nn.Module):
         out = torch.stack(rows).to(prev_tokens.device)[:, None, :]
         return out if incremental_state is not None else out.expand(-1, prev_tokens.size(1), -1)
 
-    def reorder_incremental_state(self, state: dict, new_order: Tensor) -> dict:
+    def reorder_incremental_state(self, state: dict, new_order: Tensor, *, cross: bool = True) -> dict:
         state["hist"] = state["hist"].index_select(0, new_order)
         return state
 

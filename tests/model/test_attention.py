@@ -101,6 +101,24 @@ def test_fast_path_equals_explicit_path():
     torch.testing.assert_close(attn(x, None).out, attn(x, None, need_weights=True).out, atol=1e-6, rtol=1e-5)
 
 
+def test_bf16_eval_on_cpu_takes_the_explicit_path(monkeypatch):
+    """In eval on CPU, bf16 attention skips SDPA (slower than two bf16 matmuls there,
+    lib.model.attention.explicit_on_cpu) and fp32 keeps it; the bf16 result matches fp32's."""
+    attn = build_attention({"type": "full"}, D, H, 0.0).eval()
+    x, mask, _ = _inputs()
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    ref = attn(x, mask).out
+    assert len(calls) == 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = attn(x, mask).out
+    assert len(calls) == 1
+    valid = ~mask
+    torch.testing.assert_close(low.float()[valid], ref[valid], atol=5e-2, rtol=5e-2)
+
+
 def test_padding_invariance():
     """A sequence's output does not depend on the padding appended to it."""
     attn = build_attention({"type": "full"}, D, H, 0.0).eval()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lib.model.dropout import Dropout, dropout, keep_mask
+from lib.model.dropout import Dropout, dropout, keep_mask, scaled_keep_mask
 
 
 def test_keep_probability_and_scale_are_exact_in_expectation():
@@ -36,3 +36,16 @@ def test_eval_and_zero_probability_are_identity_and_gradients_flow():
     torch.testing.assert_close(x.grad, (y != 0).float() * 2.0)  # p = 0.5: scale 65536 / 32768
     with pytest.raises(ValueError):
         Dropout(1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_numpy_built_mask_is_bit_identical_to_the_bool_mask_times_scale(dtype, p):
+    """The fast mask equals ``keep.to(dtype) * scale`` (the torch version's mask) bit for bit, so
+    dropout's output and gradients are unchanged by how the mask is built."""
+    shape = (7, 5, 33)  # odd sizes: the last uint64 of random bits is only partly used
+    keep, scale = keep_mask(shape, p, seed=11)
+    fast = scaled_keep_mask(shape, p, seed=11, dtype=dtype)
+    assert fast.dtype == dtype and fast.shape == shape
+    assert torch.equal(fast.view(-1).view(torch.uint8), (keep.to(dtype) * scale).view(-1).view(torch.uint8))
+    assert (fast != 0).sum() == keep.sum() > 0

@@ -604,8 +604,8 @@ class _Recorder(nn.Module):
         self.first.append(prev_tokens[:, 0].tolist())
         return self.model.decode(prev_tokens, enc, state)
 
-    def reorder_incremental_state(self, state, order):
-        return self.model.reorder_incremental_state(state, order)
+    def reorder_incremental_state(self, state, order, *, cross=True):
+        return self.model.reorder_incremental_state(state, order, cross=cross)
 
 
 def test_tag_is_the_decoder_start_token_in_greedy_and_beam_search() -> None:

@@ -7,11 +7,12 @@ import io
 import pytest
 import torch
 
-from lib.model.attention import ATTENTION_VARIANTS, FullAttention, register_attention
+from lib.model.attention import ATTENTION_VARIANTS, FullAttention, mask_bias, register_attention
 from lib.model.s2t_transformer import (
     MODEL_SIZES,
     EncoderOutput,
     ModelConfig,
+    MultiheadAttention,
     S2TTransformer,
     model_config,
     subsampled_lengths,
@@ -198,6 +199,61 @@ def test_reorder_incremental_state():
     out = [model.decode(tok_r[:, : t + 1], enc_r, incremental_state=state) for t in range(3, 5)]
     full = model.decode(tok_r, enc_r)
     torch.testing.assert_close(torch.cat(out, 1), full[:, 3:5], atol=1e-5, rtol=1e-5)
+
+
+def test_reorder_within_sentences_may_skip_the_cross_attention_cache():
+    """Beam search's ``cross=False``: rows that repeat one encoder row hold identical cross-attention
+    keys / values, so permuting among them without reordering that cache decodes exactly the same."""
+    model = _model()
+    feats, lengths, _ = _batch()
+    enc = model.encode(feats, lengths).reorder(torch.tensor([0, 0, 1, 1, 2, 2]))  # beam 2
+    tokens = torch.randint(3, V, (6, 5), generator=torch.Generator().manual_seed(5))
+    order = torch.tensor([1, 1, 2, 3, 5, 4])  # each row stays within its sentence's rows
+    outs = []
+    for cross in (True, False):
+        state: dict = {}
+        for t in range(3):
+            model.decode(tokens[:, : t + 1], enc, incremental_state=state)
+        model.reorder_incremental_state(state, order, cross=cross)
+        outs.append((state, [model.decode(tokens[order][:, : t + 1], enc, incremental_state=state)
+                             for t in range(3, 5)]))
+    (full_state, full_out), (skip_state, skip_out) = outs
+    for layer in full_state:
+        assert torch.equal(full_state[layer]["cross"]["k"], skip_state[layer]["cross"]["k"])
+    for a, b in zip(full_out, skip_out):
+        assert torch.equal(a, b)
+    # the self-attention cache is still reordered: skipping it would change the output
+    state = {}
+    for t in range(3):
+        model.decode(tokens[:, : t + 1], enc, incremental_state=state)
+    model.reorder_incremental_state(state, torch.tensor([1, 0, 3, 2, 5, 4]), cross=False)
+    assert not torch.equal(state[0]["self"]["k"][0], skip_state[0]["self"]["k"][0])
+
+
+@pytest.mark.parametrize("L,dtype,explicit", [(1, torch.float32, True), (3, torch.float32, False),
+                                              (1, torch.bfloat16, True), (3, torch.bfloat16, True)])
+def test_eval_attention_on_cpu_takes_the_faster_path_with_sdpa_math(monkeypatch, L, dtype, explicit):
+    """Decoder attention in eval on CPU: the explicit path for one query row (an incremental step) and
+    in bf16 (lib.model.attention.explicit_on_cpu), SDPA otherwise; the same numbers either way, with
+    padding in the keys."""
+    attn = MultiheadAttention(16, 4, 0.1).eval()
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(3, 4, n, 4, generator=g).to(dtype) for n in (L, 9, 9))
+    mask = torch.zeros(3, 1, L, 9, dtype=torch.bool)
+    mask[1, ..., 6:] = True
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    ctx, w = attn._attend(q, k, v, mask, False)
+    assert bool(calls) is not explicit and w is None
+    ref = real(q.float(), k.float(), v.float(), attn_mask=mask_bias(mask, torch.float32))
+    tol = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(ctx.float(), ref, **tol)
 
 
 # ---------------------------------------------------------------- pluggable attention
