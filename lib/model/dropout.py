@@ -26,6 +26,8 @@ On CUDA (and other devices) this is ``F.dropout``: its mask is already generated
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -67,10 +69,17 @@ def scaled_keep_mask(shape: torch.Size | tuple[int, ...], p: float, seed: int, d
     without torch bool tensors: the kept elements' value is the scale as torch rounds it to ``dtype``
     (``ones * scale``), written as its bit pattern by a numpy compare-and-multiply."""
     bits, threshold = _draw(shape, p, seed)
+    pattern = (bits >= threshold).view(np.uint8) * _scale_bits(dtype, p)
+    return torch.from_numpy(pattern).view(dtype).view(shape)
+
+
+@functools.lru_cache(maxsize=None)
+def _scale_bits(dtype: torch.dtype, p: float) -> np.unsignedinteger:
+    """The bit pattern of the scale as torch rounds it to ``dtype`` (``ones * scale``), as the unsigned
+    numpy integer of ``dtype``'s width (cached: a training step applies ~70 dropouts of a few ``p``)."""
     utype = _BITS[dtype]
     value = (torch.ones((), dtype=dtype) * _scale(p)).view(_INT_VIEW[utype]).item()
-    pattern = (bits >= threshold).view(np.uint8) * utype(value & ((1 << (8 * np.dtype(utype).itemsize)) - 1))
-    return torch.from_numpy(pattern).view(dtype).view(shape)
+    return utype(value & ((1 << (8 * np.dtype(utype).itemsize)) - 1))
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
