@@ -1,6 +1,8 @@
 """Mixed-precision resolution (lib/precision.py)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -144,3 +146,38 @@ def test_train_amp_auto_with_too_few_batches_keeps_the_flag_answer_uncached(monk
     calls = _fake_probe(monkeypatch, fp32=0.1, bf16=0.2)
     assert precision.resolve_train_amp("auto", torch.device("cpu"), {}, 100, probe_batches=lambda: [0, 1]) == "bf16"
     assert calls == [] and not list(tmp_path.glob("precision/*.json"))
+
+
+def test_train_amp_auto_measures_a_near_threshold_probe_again_and_takes_the_median(monkeypatch, tmp_path):
+    """One probe's median near BF16_MIN_SPEEDUP is not trusted: PROBE_REPEATS probes, their median decides."""
+    monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    cpu = torch.device("cpu")
+
+    def probes(speedups):
+        it = iter(speedups)
+        calls: list[float] = []
+
+        def probe(model_config, batches, ctc_weight=0.0, bf16_batches=None):
+            s = next(it)
+            calls.append(s)
+            return {"none": 0.2, "bf16": 0.2 / s, "speedup": s}
+        monkeypatch.setattr(precision, "probe_step_times", probe)
+        return calls
+
+    # a mismeasured first probe (1.06x) outvoted by two clear ones
+    calls = probes([1.06, 1.40, 1.45])
+    assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, 100, probe_batches=_three, data_id="a") == "bf16"
+    assert calls == [1.06, 1.40, 1.45]
+    record = json.loads(next((tmp_path / "precision").glob("train-*.json")).read_text())
+    assert record["probe_speedups"] == [1.06, 1.40, 1.45] and record["median_speedup"] == 1.40
+    # and a lucky one (1.25x) outvoted by two slow ones
+    calls = probes([1.25, 1.05, 1.10])
+    assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, 200, probe_batches=_three, data_id="a") == "none"
+    assert len(calls) == 3
+    # a clear first probe, either way, is measured once
+    for s, want in ((1.40, "bf16"), (0.90, "none")):
+        calls = probes([s])
+        assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, int(s * 1000), probe_batches=_three,
+                                           data_id="a") == want
+        assert calls == [s]
