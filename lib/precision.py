@@ -16,8 +16,8 @@ Shared by training (lib/train/loop.py) and decoding (lib/decode/beam_search.py).
   bf16 only when the median of its per-batch speedups is at least 15 % (fp32 is the more accurate
   one, so it wins ties and near-ties; the median, because single steps on 2 cores vary 0.8-1.6x).
   A probe's median within 0.15 of that threshold is measured twice more and the median of the three
-  decides (a probe run next to another training stage once gave 1.06x for a model measured at
-  1.39-1.46x alone).
+  decides (a probe, most likely run beside another training stage, once gave 1.06x for a model
+  measured at 1.40x and 1.47x alone: ``scripts/probe_precision.py``).
   The answer is cached under ``~/.cache/locality-st/precision/`` (``LOCALITY_ST_CACHE`` moves
   it), keyed by CPU model, torch version, thread count, model and batch size, so every run on a
   machine gets the same answer: same seed, same machine, same metrics. The model is the
@@ -112,12 +112,13 @@ PROBE_BATCHES = 17  # distinct training batches of the probe: 1 warm-up + 16 tim
 # (1: both precisions interleaved in one process, the ratio of the mean step times over 8 batches: it
 # picked bf16 for ST at 1.12-1.18x, and those runs trained 0.82x as fast as fp32 ones).
 # 3 (2026-11-26): a median within PROBE_CONFIRM_BAND of the threshold is measured twice more and the
-# median of the three decides (2 kept en-it's ST runs in fp32 on a probe of 1.06x, run while another
-# stage trained on the other core; measured again alone, that model and data gave 1.39x and 1.46x).
+# median of the three decides (2 kept en-it's ST runs in fp32 on a probe of 1.06x, most likely taken
+# beside another training stage; alone, `python scripts/probe_precision.py` gives 1.40x and 1.47x).
 PROBE_VERSION = 3
 # A probe whose median speedup lies this close to BF16_MIN_SPEEDUP is measured PROBE_REPEATS times in
-# all: on 2 cores one probe's median has varied by 0.3 or more (en-it's ST model: 1.06x, then 1.39-1.46x;
-# the same ASR model 1.27-1.29x, 1.45x), enough to flip the choice near the threshold.
+# all: on 2 cores one probe's median has varied by 0.3 or more (en-it's ST model: 1.06x, then 1.40x and
+# 1.47x; en-de's 1.30x and 1.53x in one run of scripts/probe_precision.py), enough to flip a choice near
+# the threshold.
 PROBE_CONFIRM_BAND = 0.15
 PROBE_REPEATS = 3
 # Fewer training batches than this (1 warm-up + 8 timed): a toy set, too small for a median that
