@@ -95,3 +95,19 @@ def test_bad_jobs_value_is_named(tmp_path: Path) -> None:
     root = _project(tmp_path / "p", {"a": _stage("a", [])})
     proc = _repro(root, "-j", "0")
     assert proc.returncode != 0 and "-j/--jobs" in proc.stderr, proc.stderr
+
+
+def test_a_stage_that_must_wait_holds_back_the_queue_unless_nothing_waits_for_it() -> None:
+    """At the end of a default run: the last training run on one core, then (all ready) prepare_multi
+    (alone, nothing downstream) and the analyses (shared, nothing downstream): the analyses pass it."""
+    names = ("train", "prepare_multi", "analyze1", "analyze2", "fork", "baseline")
+    p = repro.Plan(order=list(names), needs={n: set() for n in names},
+                   shares={"train", "analyze1", "analyze2", "baseline"},
+                   downstream={"train": 1, "fork": 5, "baseline": 2})
+    assert repro.to_start(p, ["prepare_multi", "analyze1", "analyze2"], {"train"}, 2) == ["analyze1"]
+    assert repro.to_start(p, ["prepare_multi", "analyze1", "analyze2"], set(), 2) == ["prepare_multi"]
+    # a stage others wait for (a fork, alone here) holds back everything behind it, leaves included
+    assert repro.to_start(p, ["fork", "baseline", "analyze1"], {"train"}, 2) == []
+    # nothing changes where everything fits: most urgent first, up to `jobs`
+    assert repro.to_start(p, ["baseline", "analyze1", "analyze2"], set(), 2) == ["baseline", "analyze1"]
+    assert repro.to_start(p, ["analyze1"], {"train", "baseline"}, 2) == []
