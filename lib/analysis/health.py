@@ -338,7 +338,11 @@ def health_stage(model_path: Any, prepared: Any, role: str, pair: str, *, ap: An
     band_ds = SpeechDataset(prepared, hp.band_split, task, vocab_dir=prepared.parent / trained_on)
     idx = choose_samples(len(window_ds), hp.samples, ap.seed)
     result = model_health(model, window_ds, idx, band_ds, ap=ap, hp=hp, windows=windows, progress=progress)
-    result.update(model=str(model_path), task=task, pair=pair,
+    # the model's path relative to the working directory (a stage's: the repository) when inside it, so
+    # the details file has the same bytes in every clone
+    model_abs, here = Path(model_path).resolve(), Path.cwd().resolve()
+    result.update(model=model_abs.relative_to(here).as_posix() if model_abs.is_relative_to(here) else str(model_path),
+                  task=task, pair=pair,
                   windows_from="select_windows" if windows is not None else "health sentences")
     atomic_write_json(details_path, result)
     atomic_write_json(metrics_path, flat_metrics(result))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,6 +136,7 @@ def test_health_stage_end_to_end(layout, monkeypatch):
     (layout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     _run_stage("select_windows", layout, [PAIR, "--no-progress"], monkeypatch)
     table = json.loads((layout / "data" / "windows" / PAIR / "windows.json").read_text())["table"]
+    monkeypatch.chdir(layout)  # as DVC runs a stage: in the repository
     for role in ("asr", "st"):
         _run_stage("health", layout, [PAIR, role, "--no-progress"], monkeypatch)
         flat = json.loads((layout / "metrics" / "health" / PAIR / f"{role}.json").read_text())
@@ -145,6 +147,8 @@ def test_health_stage_end_to_end(layout, monkeypatch):
         details = json.loads((layout / "data" / "health" / PAIR / f"{role}.json").read_text())
         assert details["task"] == role and len(details["algorithm1_windows"]) == N_LAYERS - ANALYSIS["full_layers"]
         assert details["sentences"] == 5
+        # the model named relative to the repository: the same bytes in every clone
+        assert not Path(details["model"]).is_absolute() and (layout / details["model"]).is_file()
         if role == "st":  # the band test uses select_windows' windows
             assert details["algorithm1_windows"] == [r["window"] for r in table[ANALYSIS["full_layers"]:]]
             assert details["windows_from"] == "select_windows"
