@@ -46,3 +46,18 @@ def test_per_pair_and_per_seed_runs_share_the_cores_the_shared_model_keeps_them(
     assert spec_from_params(p, REPO, "local", "en-it", 3).threads == 1
     assert spec_from_params(p, REPO, "asr_local", "en-es").threads == 1
     assert spec_from_params(p, REPO, "asr_shared", "en-de").threads is None  # trains alone: every core
+    # the one shared fork (local.fork: shared) shares the machine with the baselines of later seeds
+    assert spec_from_params(p, REPO, "asr_local_shared", "en-de").threads == 1
+
+
+def test_only_the_shared_asr_model_and_the_machine_wide_stages_run_alone() -> None:
+    """scripts/repro.py runs a stage beside others when it lists `parallel` among its params. The
+    stages that take seconds on one thread (the shared fork's placeholders, prepare_multi,
+    corpus_stats) list it, so they no longer hold a core idle while they wait for the machine."""
+    import yaml
+
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    shares = {name for name, stage in stages.items() if "parallel" in stage.get("params", [])}
+    assert {"train_asr_local_shared", "prepare_multi", "corpus_stats", "train_baseline", "train_local",
+            "train_asr_local", "select_windows", "analyze", "health_asr", "health_st"} <= shares
+    assert not shares & {"corpus", "prepare", "train_asr_shared", "report"}

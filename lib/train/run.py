@@ -345,8 +345,10 @@ def spec_from_params(p: Params, root: Path, system: str, pair: str, seed: int | 
         init = RunPaths(root, "asr_local" if system == "local" else "asr", pair).model
     from lib.parallel import threads_per_run
 
-    # the one shared model trains alone (every core); a per-pair / per-seed run shares them (lib/parallel.py)
-    threads = None if system in SHARED_SYSTEMS else threads_per_run(p.parallel.jobs)
+    # the shared ASR model trains alone (every core: nothing else is ready then); every other run, the
+    # one shared fork included (local runs and baselines of later seeds are ready beside it), shares
+    # them (lib/parallel.py)
+    threads = None if system == "asr_shared" else threads_per_run(p.parallel.jobs)
     return RunSpec(task="asr" if system.startswith("asr") else "st", pair=pair, threads=threads,
                    prepared_dir=root / p.data.prepared_dir / pair, paths=paths, train=train_cfg,
                    model_size=p.model.size, model_overrides=p.model.overrides, encoder_attention=encoder_attention,

@@ -111,3 +111,34 @@ def test_a_stage_that_must_wait_holds_back_the_queue_unless_nothing_waits_for_it
     # nothing changes where everything fits: most urgent first, up to `jobs`
     assert repro.to_start(p, ["baseline", "analyze1", "analyze2"], set(), 2) == ["baseline", "analyze1"]
     assert repro.to_start(p, ["analyze1"], {"train", "baseline"}, 2) == []
+
+
+def test_simulate_follows_the_scheduling_rules_on_given_durations() -> None:
+    """a runs alone (c and d wait for it, b may not start beside it); then b and c side by side, d
+    in c's slot; from 15 s to 17 s d runs alone on one core."""
+    p = repro.Plan(order=["a", "b", "c", "d"], needs={"a": set(), "b": set(), "c": {"a"}, "d": {"a"}},
+                   downstream={"a": 2}, shares={"b", "c", "d"})
+    times = repro.simulate(p, {"a": 10.0, "b": 5.0, "c": 3.0, "d": 4.0}, jobs=2)
+    assert times == {"a": (0.0, 10.0), "b": (10.0, 15.0), "c": (10.0, 13.0), "d": (13.0, 17.0)}
+    assert repro.idle_share_seconds(times, p.shares) == 2.0  # a ran alone too, but it uses every core
+    assert repro.simulate(p, {"a": 10.0, "b": 5.0, "c": 3.0, "d": 4.0}, jobs=1)["d"] == (18.0, 22.0)
+    with pytest.raises(KeyError, match="no recorded duration for d"):
+        repro.simulate(p, {"a": 1.0, "b": 1.0, "c": 1.0}, jobs=2)
+
+
+def test_replay_schedules_a_recorded_runs_durations_by_the_current_rules(tmp_path: Path) -> None:
+    """`--replay`: nothing runs; the recorded durations (here as if a and b had run one after the
+    other) are scheduled by this checkout's rules (a and b side by side)."""
+    root = _project(tmp_path / "p", {"a": _stage("a", []), "b": _stage("b", []),
+                                     "c": _stage("c", ["a.out", "b.out"], shares=False)})
+    record = {"total_seconds": 9.0, "intervals": {"a": [0.0, 4.0], "b": [4.0, 8.0], "c": [8.0, 9.0]}}
+    (root / "t.json").write_text(json.dumps(record))
+    proc = _repro(root, "-j", "2", "--replay", "t.json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "recorded: 9.0 s, a stage that shares the machine ran alone for 8.0 s" in proc.stdout, proc.stdout
+    assert "replayed by these rules: 5.0 s, a stage that shares the machine ran alone for 0.0 s" in proc.stdout
+    assert not any((root / f"{s}.out").exists() for s in "abc")
+    del record["intervals"]["c"]
+    (root / "t.json").write_text(json.dumps(record))
+    proc = _repro(root, "-j", "2", "--replay", "t.json")
+    assert proc.returncode == 1 and "t.json" in proc.stdout and "no recorded duration for c" in proc.stdout
