@@ -2,7 +2,12 @@
 step time of our model against an equal-size model built from ``torch.nn.Transformer`` modules, and
 the pipeline's default precision (``amp: auto``: bf16 autocast where the CPU has it) against fp32.
 
-    python benchmarks/train_throughput.py [--size demo] [--reps 5] [--rounds 3]
+    python benchmarks/train_throughput.py [--size demo] [--reps 5] [--rounds 3] [--threads N] [--copies K]
+
+`--threads 1 --copies 2` runs two copies side by side, one thread each, and prints both: how the
+pipeline trains 33 of its 34 default runs on 2 cores (the per-pair and per-seed stages, two at a
+time, `parallel.jobs: auto`); the default (torch's threads, one copy) is how the shared ASR model
+trains, alone on every core.
 
 Prints, side by side in one run (interleaved rounds, medians): ms per training step (forward + backward + Adam) on the same
 batch for ours and for the nn.Transformer reference, their ratio (target <= 1.1), training
@@ -74,6 +79,31 @@ def step_time(model: nn.Module, batch, reps: int, amp: str = "none") -> float:
     return statistics.median(times)
 
 
+def side_by_side(copies: int) -> None:
+    """Run this benchmark ``copies`` times at once (same arguments, ``--copies 1``), each in its own
+    process, and print every copy's output: the copies run the same rounds in the same order, so
+    they train (and decode) in the same precision at the same time, as two training stages under
+    `make repro` do."""
+    import subprocess
+
+    argv, skip = [], False
+    for a in sys.argv[1:]:  # every argument but --copies K / --copies=K
+        if skip:
+            skip = False
+        elif a == "--copies":
+            skip = True
+        elif not a.startswith("--copies="):
+            argv.append(a)
+    procs = [subprocess.Popen([sys.executable, __file__, *argv, "--copies", "1"], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(copies)]
+    outs = [p.communicate()[0] for p in procs]
+    for i, (p, out) in enumerate(zip(procs, outs)):
+        print(f"== copy {i + 1} of {copies}, side by side" + (f" (exit {p.returncode})" if p.returncode else ""))
+        print(out.rstrip())
+    if any(p.returncode for p in procs):
+        raise SystemExit(1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="demo")
@@ -82,7 +112,18 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--tokens", type=int, default=15)
+    ap.add_argument("--threads", type=int, help="torch threads per copy (default: torch's, every core)")
+    ap.add_argument("--copies", type=int, default=1, help="identical copies run side by side, each in its process")
     args = ap.parse_args()
+    if args.threads is not None:
+        if args.threads < 1:
+            ap.error(f"--threads: expected an integer >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.copies < 1:
+        ap.error(f"--copies: expected an integer >= 1, got {args.copies}")
+    if args.copies > 1:
+        side_by_side(args.copies)
+        return
     torch.manual_seed(0)
     cfg = model_config(args.size, vocab_size=200)
     feats = torch.randn(args.batch, args.frames, cfg.n_mels)
