@@ -138,16 +138,21 @@ def test_second_repro_is_noop_and_params_invalidate_only_dependents(tiny_repo: P
         assert changed_by(seeds=seeds + [2]) == ({f"train_baseline@{p}-2" for p in pairs}
                                                  | {f"train_local@{p}-2" for p in pairs} | {"report"})
         assert changed_by(seeds=[2]) == {f"train_{s}@{p}-2" for s in ("baseline", "local") for p in pairs} | {"report"}
-        # Runs side by side: the per-pair / per-seed training stages, whose thread count follows it
-        # (the one shared ASR model and its shared fork train alone with every core: untouched)
+        # Runs side by side: the per-pair / per-seed training stages and the shared fork, whose thread
+        # count follows it (the one shared ASR model trains alone with every core: untouched)
         by_jobs = changed_by(parallel={"jobs": 1})
         assert ({f"train_{s}@{p}" for s in ("asr", "asr_local") for p in pairs}
                 | {f"train_{s}@{p}-1" for s in ("baseline", "local") for p in pairs}) <= by_jobs
         # ... and the per-pair analyses, which share the cores the same way (lib.parallel.share_cores)
         assert {f"{s}@{p}" for s in ("analyze", "select_windows", "health_asr", "health_st") for p in pairs} <= by_jobs
-        assert all(name.split("@")[0] in ("train_asr", "train_asr_local", "train_baseline", "train_local",
-                                          "train_asr_smoothing", "train_smoothing", "analyze", "select_windows",
-                                          "health_asr", "health_st") for name in by_jobs), by_jobs
+        # ... and the one-thread stages of seconds, which list it so that scripts/repro.py runs them
+        # beside the others (they rerun in seconds when it changes)
+        assert {"train_asr_local_shared", "prepare_multi"} | {f"corpus_stats@{p}" for p in pairs} <= by_jobs
+        assert all(name.split("@")[0] in ("train_asr", "train_asr_local", "train_asr_local_shared", "train_baseline",
+                                          "train_local", "train_asr_smoothing", "train_smoothing", "analyze",
+                                          "select_windows", "health_asr", "health_st", "prepare_multi",
+                                          "corpus_stats") for name in by_jobs), by_jobs
+        assert "train_asr_shared" not in by_jobs
     finally:
         params_path.write_text(original)
 
