@@ -34,11 +34,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib.data.dataset import SpeechDataset, first_batches  # noqa: E402
-from lib.model.s2t_transformer import S2TTransformer, model_config  # noqa: E402
+from _real_batches import training_update  # noqa: E402
+from lib.data.dataset import first_batches  # noqa: E402
 from lib.params import load_params  # noqa: E402
-from lib.precision import autocast, resolve_padding  # noqa: E402
-from lib.train.loop import Criterion  # noqa: E402
 
 
 def train_updates(amp: str, threads: int, part: str, updates: int, warmup: int) -> dict[str, float]:
@@ -46,29 +44,13 @@ def train_updates(amp: str, threads: int, part: str, updates: int, warmup: int) 
     ``all`` (batches of max_frames) or ``0`` / ``1`` (every other batch of max_frames / 2)."""
     torch.set_num_threads(threads)
     p = load_params(ROOT / "params.yaml")
-    cfg = p.train_asr
-    ds = SpeechDataset(ROOT / p.data.prepared_dir / p.asr.shared_pair, "train", "asr", max_frames=cfg.max_frames_train)
-    mcfg = model_config(p.model.size, vocab_size=ds.vocab_size,
-                        ctc_vocab_size=ds.vocab_size if cfg.ctc_weight > 0 else None, **p.model.overrides)
-    pad = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, amp, torch.device("cpu"))
+    ds, max_frames, pad, step, model = training_update("asr", p.asr.shared_pair, amp)
     n = warmup + updates
     if part == "all":
-        batches = first_batches(ds, cfg.max_frames, n, seed=1, pad_frames_to=pad[0], pad_tokens_to=pad[1])
+        batches = first_batches(ds, max_frames, n, seed=1, pad_frames_to=pad[0], pad_tokens_to=pad[1])
     else:
-        halves = first_batches(ds, cfg.max_frames // 2, 2 * n, seed=1, pad_frames_to=pad[0], pad_tokens_to=pad[1])
+        halves = first_batches(ds, max_frames // 2, 2 * n, seed=1, pad_frames_to=pad[0], pad_tokens_to=pad[1])
         batches = halves[int(part)::2]
-    torch.manual_seed(0)
-    model = S2TTransformer(mcfg).train()
-    crit = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
-
-    def step(batch) -> None:
-        with autocast(torch.device("cpu"), amp):
-            loss, _ = crit(batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
     for b in batches[:warmup]:
         step(b)
     t0, c0 = time.perf_counter(), time.process_time()

@@ -24,11 +24,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib.data.dataset import SpeechDataset, first_batches  # noqa: E402
-from lib.model.s2t_transformer import S2TTransformer, model_config  # noqa: E402
-from lib.params import load_params  # noqa: E402
-from lib.precision import autocast, resolve_padding  # noqa: E402
-from lib.train.loop import Criterion  # noqa: E402
+from _real_batches import training_update  # noqa: E402
+from lib.data.dataset import first_batches  # noqa: E402
 
 
 def one(task: str, amp: str, updates: int, warmup: int, threads: int) -> dict:
@@ -36,25 +33,8 @@ def one(task: str, amp: str, updates: int, warmup: int, threads: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     torch.set_num_threads(threads)
-    p = load_params(ROOT / "params.yaml")
-    cfg = p.train_asr if task == "asr" else p.train_st
-    ds = SpeechDataset(ROOT / p.data.prepared_dir / "en-de", "train", task, max_frames=cfg.max_frames_train)
-    mcfg = model_config(p.model.size, vocab_size=ds.vocab_size,
-                        ctc_vocab_size=ds.vocab_size if cfg.ctc_weight > 0 else None, **p.model.overrides)
-    pad = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, amp, torch.device("cpu"))
-    batches = first_batches(ds, cfg.max_frames, warmup + updates, seed=1, pad_frames_to=pad[0], pad_tokens_to=pad[1])
-    torch.manual_seed(0)
-    model = S2TTransformer(mcfg).train()
-    crit = Criterion(model, cfg.label_smoothing, cfg.ctc_weight)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
-
-    def step(batch) -> None:
-        with autocast(torch.device("cpu"), amp):
-            loss, _ = crit(batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
+    ds, max_frames, pad, step, _ = training_update(task, "en-de", amp)
+    batches = first_batches(ds, max_frames, warmup + updates, seed=1, pad_frames_to=pad[0], pad_tokens_to=pad[1])
     for b in batches[:warmup]:
         step(b)
     seconds = 0.0
