@@ -272,8 +272,8 @@ def interrupt(proc: subprocess.Popen) -> None:
 
 def replay(p: Plan, timing: Path, jobs: int, say: Callable[[str], None] = print) -> int:
     """``--replay``: :func:`simulate` ``p`` with the durations recorded in ``timing`` and print the
-    simulated wall time and idle share (:func:`idle_share_seconds`) next to the recorded ones. Exit status 1 (with the
-    reason) for an unreadable file or a stage it has no duration for."""
+    simulated wall time and idle share (:func:`idle_share_seconds`) next to the recorded ones. Exit
+    status 1 (with the reason) for an unreadable file or a stage it has no duration for."""
     try:
         record = json.loads(timing.read_text(encoding="utf-8"))
         recorded = {name: (float(a), float(b)) for name, (a, b) in record["intervals"].items()}
@@ -298,9 +298,9 @@ def main() -> None:
     ap.add_argument("--dry", action="store_true", help="print the plan and exit")
     ap.add_argument("--timing", type=Path, help="write every stage's start and end to this JSON file")
     ap.add_argument("--replay", type=Path, metavar="TIMING",
-                    help="run nothing: schedule the whole pipeline (as with -f) by this checkout's rules with the "
-                         "stage durations a --timing file recorded, and print that schedule's wall time next to the "
-                         "recorded one")
+                    help="run nothing: schedule the pipeline (or the targets, as with -f) by this checkout's rules "
+                         "with the stage durations a --timing file recorded, and print that schedule's wall time "
+                         "next to the recorded one")
     args = ap.parse_args()
     sys.path.insert(0, str(CODE))
     root = Path.cwd()
