@@ -31,8 +31,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _real_batches import pipeline_data  # noqa: E402
 from lib.data.dataset import SpeechDataset, first_batches  # noqa: E402
-from lib.model.s2t_transformer import S2TTransformer, model_config  # noqa: E402
+from lib.model.s2t_transformer import S2TTransformer  # noqa: E402
 from lib.params import load_params  # noqa: E402
 from lib.precision import PROBE_BATCHES, autocast, resolve_amp, resolve_train_amp  # noqa: E402
 from lib.train.loop import Criterion  # noqa: E402
@@ -47,19 +48,10 @@ ROWS = {"fp32, Adam for-loop": ("none", False, False, False), "fp32, fused Adam"
         "fp32, fused Adam, torch.compile": ("none", True, True, False)}
 
 
-def _data(task: str, pair: str):
-    p = load_params(ROOT / "params.yaml")
-    cfg = p.train_asr if task == "asr" else p.train_st
-    ds = SpeechDataset(ROOT / p.data.prepared_dir / pair, "train", task, max_frames=cfg.max_frames_train)
-    mcfg = model_config(p.model.size, vocab_size=ds.vocab_size,
-                        ctc_vocab_size=ds.vocab_size if cfg.ctc_weight > 0 else None, **p.model.overrides)
-    return p, cfg, ds, mcfg
-
-
 def one_row(task: str, pair: str, row: str, n: int, pad: tuple[int, int] = (64, 8)) -> dict[str, float]:
     """In this process: mean ms per update over ``n`` updates after 3 warm-up ones (first-update
     seconds, distinct batch shapes and padded frames too)."""
-    p, cfg, ds, mcfg = _data(task, pair)
+    p, cfg, ds, mcfg = pipeline_data(task, pair)
     amp, fused, comp, padded = ROWS[row]
     pf, pt = pad if padded else (1, 1)
     batches = first_batches(ds, cfg.max_frames, n + 3, seed=1, pad_frames_to=pf, pad_tokens_to=pt)
@@ -130,7 +122,7 @@ def main() -> None:
           f"frames to a multiple of {args.pad_frames}, target tokens of {args.pad_tokens}")
     rows = [r for r in ROWS if args.compile or "compile" not in r]
     for task in args.tasks:
-        p, cfg, ds, mcfg = _data(task, args.pair)
+        p, cfg, ds, mcfg = pipeline_data(task, args.pair)
         default = resolve_train_amp("auto", torch.device("cpu"), mcfg.to_dict(), cfg.max_frames,
                                     ctc_weight=cfg.ctc_weight, data_id=f"benchmark:{args.pair}:{task}",
                                     probe_batches=lambda: first_batches(ds, cfg.max_frames, PROBE_BATCHES))
