@@ -55,6 +55,11 @@ class ModelConfig:
     cross_attention: dict | None = None
     # Optional CTC head on the encoder output (auxiliary ASR loss); None -> no head.
     ctc_vocab_size: int | None = None
+    # Which encoder layer's output the CTC head reads (1-based): 0 = the encoder output (after the
+    # last layer and the final LayerNorm; ESPnet's default). k in 1..encoder_layers-1: layer k's output
+    # through the same final LayerNorm (ESPnet's intermediate CTC, Lee & Watanabe 2021), so the layers
+    # above k learn only from the decoder. Demo trial (README study row T), not in the paper.
+    ctc_layer: int = 0
     pad_idx: int = 1  # fairseq dictionary convention
     # Encoder input (demo-only deviations from fairseq; the paper profile keeps the defaults):
     # scale_embedding: multiply the subsampler output by sqrt(d) (fairseq; False = its
@@ -96,6 +101,10 @@ class ModelConfig:
             raise ValueError(f"subsampler_norm must be one of {list(SUBSAMPLER_NORMS)}, got {self.subsampler_norm!r}")
         if not isinstance(self.scale_embedding, bool):
             raise ValueError(f"scale_embedding must be true or false, got {self.scale_embedding!r}")
+        if not isinstance(self.ctc_layer, int) or isinstance(self.ctc_layer, bool) \
+                or not 0 <= self.ctc_layer <= self.encoder_layers:
+            raise ValueError(f"ctc_layer must be an integer in [0, encoder_layers={self.encoder_layers}] "
+                             f"(0: the encoder output), got {self.ctc_layer!r}")
         if not isinstance(self.attention_fp32, bool):
             raise ValueError(f"attention_fp32 must be true or false, got {self.attention_fp32!r}")
 
@@ -122,8 +131,8 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True).
 
-        Decoder attention specs are left out when None (plain attention), and ``attention_fp32`` when
-        False, so the configs -- and the resume fingerprints -- of models without them are those from
+        Decoder attention specs are left out when None (plain attention), ``attention_fp32`` when
+        False and ``ctc_layer`` when 0, so the configs -- and the resume fingerprints -- of models without them are those from
         before they existed."""
         d = asdict(self)
         for name in ("decoder_self_attention", "cross_attention"):
@@ -131,6 +140,8 @@ class ModelConfig:
                 del d[name]
         if not d["attention_fp32"]:
             del d["attention_fp32"]
+        if not d["ctc_layer"]:
+            del d["ctc_layer"]
         return d
 
     @classmethod

@@ -281,6 +281,7 @@ class S2TTransformerEncoder(nn.Module):
         layer_inputs: list[Tensor] | None = [] if need_weights else None
         attn_weights: list[Tensor] | None = [] if need_weights else None
         prev: Tensor | None = None
+        ctc_logits: Tensor | None = None
         n = len(self.layers)
         for i, layer in enumerate(self.layers):
             # A layer computes weights only if asked for, or if the next layer consumes its carry.
@@ -297,9 +298,13 @@ class S2TTransformerEncoder(nn.Module):
             if attn_weights is not None:
                 attn_weights.append(w)
             prev = carry
+            if self.ctc_proj is not None and i + 1 == self.cfg.ctc_layer and i + 1 < n:
+                # intermediate CTC: layer k's output through the shared final LayerNorm (ESPnet)
+                ctc_logits = self.ctc_proj(self.layer_norm(x).masked_fill(padding_mask[..., None], 0.0))
 
         x = self.layer_norm(x).masked_fill(padding_mask[..., None], 0.0)
-        ctc_logits = self.ctc_proj(x) if self.ctc_proj is not None else None
+        if self.ctc_proj is not None and not 0 < self.cfg.ctc_layer < n:
+            ctc_logits = self.ctc_proj(x)
         return EncoderOutput(x, padding_mask, lengths, layer_inputs, attn_weights, ctc_logits, task)
 
 

@@ -134,6 +134,31 @@ def test_ctc_head():
     assert enc.ctc_logits.shape == (3, enc.out.size(1), 11)
 
 
+def test_intermediate_ctc_reads_layer_k_through_the_final_layer_norm():
+    """ctc_layer=k: the CTC head sees layer k's output through the shared final LayerNorm (ESPnet's
+    intermediate CTC); ctc_layer equal to the depth is the encoder output itself; the encoder output
+    does not depend on where the head reads."""
+    top = _model(seed=3, ctc_vocab_size=11, encoder_layers=3)
+    mid = _model(seed=3, ctc_vocab_size=11, encoder_layers=3, ctc_layer=1)
+    last = _model(seed=3, ctc_vocab_size=11, encoder_layers=3, ctc_layer=3)
+    feats, lengths, _ = _batch()
+    e_top, e_mid, e_last = (m.encode(feats, lengths, need_weights=True) for m in (top, mid, last))
+    torch.testing.assert_close(e_mid.out, e_top.out)
+    torch.testing.assert_close(e_last.ctc_logits, e_top.ctc_logits)
+    enc = mid.encoder
+    layer2_input = e_mid.layer_inputs[1]  # = layer 1's output
+    mask = e_mid.padding_mask[..., None]
+    expected = enc.ctc_proj(enc.layer_norm(layer2_input).masked_fill(mask, 0.0))
+    torch.testing.assert_close(e_mid.ctc_logits, expected)
+    assert not torch.allclose(e_mid.ctc_logits, e_top.ctc_logits)
+    # the config round trip keeps it; the default (0) stays out of the dict (old fingerprints)
+    assert mid.cfg.to_dict()["ctc_layer"] == 1 and "ctc_layer" not in top.cfg.to_dict()
+    assert ModelConfig.from_dict(mid.cfg.to_dict()).ctc_layer == 1
+    for bad in (-1, 4, 1.5, True):
+        with pytest.raises(ValueError, match="ctc_layer"):
+            model_config("tiny", encoder_layers=3, ctc_layer=bad)
+
+
 def test_causal_decoder():
     """Changing a future token does not change earlier logits."""
     model = _model()
