@@ -95,6 +95,8 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1"}, "asr"),
     ("S", "R without the auxiliary CTC loss on the encoder output (train_asr.ctc_weight 0, as in the paper)",
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "train_asr.ctc_weight": "0"}, "asr"),
+    ("T", "R with the CTC loss on layer 8's output (intermediate CTC: layers 9-12 learn from the decoder only)",
+     {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "+model.overrides.ctc_layer": "8"}, "asr"),
 ]
 
 
