@@ -9,6 +9,15 @@ files side by side, as a run is kept under `reports/`). Prints minutes per stage
 group and in total with the candidate / reference ratio, then per pair the ASR WER of both
 systems, baseline and local BLEU (mean ± std over the seeds), the candidate − reference
 difference, and whether it lies within one standard deviation (the larger of the two runs' stds).
+
+    python scripts/compare_repro_runs.py REFERENCE CANDIDATE --seed-metrics [--systems baseline] [--names fp32 bf16]
+
+compares only the ST runs that both workspaces trained, from their per-seed metrics
+(`metrics/{baseline,local}/<pair>/seed<k>.json`), without timing or a report: e.g. the 15
+baselines retrained in fp32 from the same ASR model (`train_st.amp: none`, then
+`python scripts/repro.py train_baseline`), so that the two columns differ in the ST runs'
+precision alone (`--systems baseline`: the other systems' metrics in such a workspace are the ones it
+was cloned with).
 """
 from __future__ import annotations
 
@@ -28,6 +37,27 @@ def _load(root: Path) -> tuple[dict, dict]:
     return tuple(json.loads(f.read_text(encoding="utf-8")) for f in files)
 
 
+def seed_metrics_summary(root: Path, systems: tuple[str, ...] = ("baseline", "local")) -> dict:
+    """``metrics/summary.json``'s BLEU keys, computed from the per-seed metrics of every system and pair
+    whose runs are all present (``seed<k>.json`` for k = 1..)."""
+    from lib.report.tables import SystemScores, summary
+
+    flat: dict = {}
+    for system in systems:
+        for pair_dir in sorted((root / "metrics" / system).glob("*")):
+            files = sorted(pair_dir.glob("seed*.json"), key=lambda f: int(f.stem[4:]))
+            if not files:
+                continue
+            runs = [json.loads(f.read_text(encoding="utf-8")) for f in files]
+            seeds = [int(f.stem[4:]) for f in files]
+            flat.update(summary([SystemScores(pair_dir.name, system, seeds, [float(r["bleu"]) for r in runs],
+                                              [float(r["chrf"]) for r in runs])]))
+            flat[f"{pair_dir.name}/{system}/seeds"] = seeds
+    if not flat:
+        raise SystemExit(f"{root / 'metrics'}: no per-seed ST metrics (metrics/<system>/<pair>/seed<k>.json)")
+    return flat
+
+
 def timing_table(ref: dict, cand: dict, names: tuple[str, str]) -> list[str]:
     groups = list(dict.fromkeys([*ref["by_stage_group"], *cand["by_stage_group"]]))
     rows = [f"| stage group | {names[0]} (min) | {names[1]} (min) | {names[1]} / {names[0]} |", "|---|---|---|---|"]
@@ -45,6 +75,11 @@ def quality_table(ref: dict, cand: dict, names: tuple[str, str]) -> tuple[list[s
     all_within = True
     for pair in pairs:
         for system in ("baseline", "local"):
+            if f"{pair}/{system}/bleu" not in cand or f"{pair}/{system}/bleu" not in ref:
+                continue  # --seed-metrics: a system one of the two workspaces did not train
+            if ref.get(f"{pair}/{system}/seeds", []) != cand.get(f"{pair}/{system}/seeds", []):
+                raise SystemExit(f"{pair}/{system}: seeds {ref[f'{pair}/{system}/seeds']} against "
+                                 f"{cand[f'{pair}/{system}/seeds']}")
             wer_a, wer_b = ref.get(f"{pair}/{system}/asr_wer"), cand.get(f"{pair}/{system}/asr_wer")
             if wer_a is not None and wer_b is not None:
                 rows.append(f"| {pair} | {system} ASR WER | {wer_a:.2f} | {wer_b:.2f} | {wer_b - wer_a:+.2f} | "
@@ -64,18 +99,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("candidate", type=Path)
     ap.add_argument("--names", nargs=2, default=["fp32", "default"], metavar=("REF", "CAND"))
     ap.add_argument("--md", type=Path, help="also write both tables to this markdown file")
+    ap.add_argument("--seed-metrics", action="store_true",
+                    help="compare the ST runs' per-seed metrics only (no timing, no summary.json needed)")
+    ap.add_argument("--systems", nargs="+", choices=["baseline", "local"], default=["baseline", "local"],
+                    help="with --seed-metrics: the ST systems to compare (default: both)")
     args = ap.parse_args(argv)
-    (t_ref, m_ref), (t_cand, m_cand) = _load(args.reference), _load(args.candidate)
     names = tuple(args.names)
+    if args.seed_metrics:
+        systems = tuple(args.systems)
+        quality, ok = quality_table(seed_metrics_summary(args.reference, systems),
+                                    seed_metrics_summary(args.candidate, systems), names)
+        text = "\n".join([f"Quality ({args.reference} vs {args.candidate}; 5-seed BLEU mean ± std; "
+                          f"{names[1]} − {names[0]}):", "", *quality, "",
+                          f"every BLEU mean within one std: {'yes' if ok else 'no'}"])
+        return _emit(text, args.md)
+    (t_ref, m_ref), (t_cand, m_cand) = _load(args.reference), _load(args.candidate)
     quality, ok = quality_table(m_ref, m_cand, names)
     text = "\n".join([f"Wall time, `{t_ref['command']}` in each ({args.reference} vs {args.candidate}):", "",
                       *timing_table(t_ref, t_cand, names), "",
                       f"Quality (5-seed BLEU mean ± std; {names[1]} − {names[0]}):", "", *quality, "",
                       f"every BLEU mean within one std: {'yes' if ok else 'no'}"])
+    return _emit(text, args.md)
+
+
+def _emit(text: str, md: Path | None) -> int:
     print(text)
-    if args.md is not None:
+    if md is not None:
         from lib.io import atomic_write_text
-        atomic_write_text(args.md, text + "\n")
+        atomic_write_text(md, text + "\n")
     return 0
 
 

@@ -54,3 +54,32 @@ def test_a_kept_run_folder_with_the_two_files_side_by_side(tmp_path: Path, capsy
     (kept / "summary.json").write_text((ref / "metrics/summary.json").read_text())
     assert compare_repro_runs.main([str(kept), str(ref)]) == 0
     assert "| **total** | **1.0** | **1.0** | **1.00** |" in capsys.readouterr().out
+
+
+def _seed_metrics(root: Path, system: str, pair: str, bleus: list[float]) -> None:
+    folder = root / "metrics" / system / pair
+    folder.mkdir(parents=True)
+    for seed, bleu in enumerate(bleus, start=1):
+        (folder / f"seed{seed}.json").write_text(json.dumps({"bleu": bleu, "chrf": 2 * bleu}))
+
+
+def test_seed_metrics_compare_only_the_systems_both_trained(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--seed-metrics: mean ± sample std from metrics/<system>/<pair>/seed<k>.json, no timing needed; a
+    system one workspace lacks (here the candidate's local runs) is left out."""
+    ref, cand = tmp_path / "a", tmp_path / "b"
+    _seed_metrics(ref, "baseline", "en-es", [70.0, 72.0, 74.0])  # 72 ± 2
+    _seed_metrics(ref, "local", "en-es", [1.0, 2.0, 3.0])
+    _seed_metrics(cand, "baseline", "en-es", [68.0, 69.0, 70.0])  # 69 ± 1: 3 > max(2, 1)
+    assert compare_repro_runs.main([str(ref), str(cand), "--seed-metrics", "--names", "fp32", "bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "| en-es | baseline BLEU | 72.00 ± 2.00 | 69.00 ± 1.00 | -3.00 | **no** |" in out
+    assert "local BLEU" not in out and "stage group" not in out
+    assert out.rstrip().endswith("every BLEU mean within one std: no")
+    _seed_metrics(cand, "local", "en-es", [5.0, 6.0, 7.0])  # stale copies: --systems leaves them out
+    assert compare_repro_runs.main([str(ref), str(cand), "--seed-metrics", "--systems", "baseline"]) == 0
+    assert "local BLEU" not in capsys.readouterr().out
+    _seed_metrics(tmp_path / "c", "baseline", "en-es", [70.0, 71.0])
+    with pytest.raises(SystemExit, match=r"en-es/baseline: seeds \[1, 2, 3\] against \[1, 2\]"):
+        compare_repro_runs.main([str(ref), str(tmp_path / "c"), "--seed-metrics"])
+    with pytest.raises(SystemExit, match="no per-seed ST metrics"):
+        compare_repro_runs.main([str(ref), str(tmp_path / "empty"), "--seed-metrics"])
