@@ -2,6 +2,7 @@
 "bf16 within one standard deviation of fp32" check).
 
     python scripts/compare_repro_runs.py REFERENCE CANDIDATE [--names fp32 default] [--md out.md]
+                                         [--candidate-timing reports/repro_timing_<commit>.json]
 
 REFERENCE and CANDIDATE are workspaces (clones) in which `python scripts/time_repro.py --fresh -f`
 ran: each holds `reports/repro_timing.json` and `metrics/summary.json` (or a folder with the two
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("candidate", type=Path)
     ap.add_argument("--names", nargs=2, default=["fp32", "default"], metavar=("REF", "CAND"))
     ap.add_argument("--md", type=Path, help="also write both tables to this markdown file")
+    ap.add_argument("--candidate-timing", type=Path, metavar="TIMING",
+                    help="the candidate's wall times from this --timing file instead (e.g. a rerun kept as "
+                         "reports/repro_timing_<commit>.json whose outputs are byte-identical to CANDIDATE's)")
     ap.add_argument("--seed-metrics", action="store_true",
                     help="compare the ST runs' per-seed metrics only (no timing, no summary.json needed)")
     ap.add_argument("--systems", nargs="+", choices=["baseline", "local"], default=["baseline", "local"],
@@ -114,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"every BLEU mean within one std: {'yes' if ok else 'no'}"])
         return _emit(text, args.md)
     (t_ref, m_ref), (t_cand, m_cand) = _load(args.reference), _load(args.candidate)
+    if args.candidate_timing is not None:  # a rerun whose outputs equal CANDIDATE's, its timing kept alone
+        t_cand = json.loads(args.candidate_timing.read_text(encoding="utf-8"))
     quality, ok = quality_table(m_ref, m_cand, names)
     text = "\n".join([f"Wall time, `{t_ref['command']}` in each ({args.reference} vs {args.candidate}):", "",
                       *timing_table(t_ref, t_cand, names), "",

@@ -54,6 +54,10 @@ def test_a_kept_run_folder_with_the_two_files_side_by_side(tmp_path: Path, capsy
     (kept / "summary.json").write_text((ref / "metrics/summary.json").read_text())
     assert compare_repro_runs.main([str(kept), str(ref)]) == 0
     assert "| **total** | **1.0** | **1.0** | **1.00** |" in capsys.readouterr().out
+    rerun = tmp_path / "repro_timing_rerun.json"
+    rerun.write_text(json.dumps({"command": "dvc repro -f", "total_seconds": 30.0, "by_stage_group": {"x": 30.0}}))
+    assert compare_repro_runs.main([str(kept), str(ref), "--candidate-timing", str(rerun)]) == 0
+    assert "| **total** | **1.0** | **0.5** | **0.50** |" in capsys.readouterr().out
 
 
 def _seed_metrics(root: Path, system: str, pair: str, bleus: list[float]) -> None:
