@@ -38,7 +38,7 @@ from torch import Tensor
 
 from lib.analysis.extract import layer_contributions, layer_tensors
 from lib.params import AnalysisParams, HealthParams
-from lib.analysis.windows import diagonal_means, select_window, window_from_lengths
+from lib.analysis.windows import diagonal_means, select_window, spearman, window_from_lengths
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer
 from lib.model.spec import local_attention_spec
 
@@ -261,8 +261,8 @@ def model_health(model: S2TTransformer, window_ds: Any, indices: Sequence[int], 
 
 def summarize(result: dict[str, Any], full_layers: int, head_threshold: float = 2.0) -> dict[str, Any]:
     """The few numbers to compare runs by (layers full_layers+1..L = the local layers):
-    mean C_ii, mean ±2 raw mass / uniform, local heads, layers with Algorithm 1 window >= 3, the
-    share of the w = 1 -> full token-accuracy gap that Algorithm 1's windows recover."""
+    mean C_ii, mean ±2 raw mass / uniform, local heads, layers with Algorithm 1 window >= 3 and
+    Spearman's ρ of those windows against depth, the share of the w = 1 -> full token-accuracy gap that Algorithm 1's windows recover."""
     rows = [v for k, v in sorted(result["layers"].items()) if int(k[1:]) > full_layers]
     key = f"heads_band2_ge{head_threshold:g}x"
     bt = result.get("band_test", {})
@@ -276,7 +276,10 @@ def summarize(result: dict[str, Any], full_layers: int, head_threshold: float = 
         "falloff_mean": _r(float(np.mean([r["falloff"] for r in rows if r["falloff"] is not None] or [float("nan")]))),
     }
     if result.get("algorithm1_windows"):
-        out["alg1_windows_ge3"] = int(sum(w >= 3 for w in result["algorithm1_windows"]))
+        windows = result["algorithm1_windows"]
+        out["alg1_windows_ge3"] = int(sum(w >= 3 for w in windows))
+        if len(windows) > 1:  # issue 9: do the windows grow with depth (paper en-de, layers 4-12: +0.96)
+            out["alg1_windows_rho"] = _r(spearman(range(len(windows)), windows))
     if "full" in bt and "w1" in bt:
         gap = bt["full"]["acc"] - bt["w1"]["acc"]
         out["acc_full"] = bt["full"]["acc"]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lib import layout
+from lib.analysis.windows import spearman
 from lib.decode.metrics import paired_bootstrap
 from lib.layout import ST_SYSTEMS, TEST_SPLIT, RunPaths
 from lib.paper import EN_DE_WINDOWS as PAPER_EN_DE_WINDOWS
@@ -144,29 +145,6 @@ def health_markdown(root: Path, pairs: Sequence[str]) -> str:
             cells = [("–" if s.get(key) is None else fmt.format(s[key])) for key, _, fmt in HEALTH_COLUMNS]
             lines.append(f"| {pair} | {model.upper()} | " + " | ".join(cells) + f" | {m.get('algorithm1_windows', '–')} |")
     return "\n".join(lines) + "\n"
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's rank correlation (average ranks for ties); 0 when either side is constant."""
-    def ranks(v: Sequence[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2 + 1
-            i = j + 1
-        return r
-    if len(x) != len(y) or len(x) < 2:
-        raise ValueError(f"spearman: need two equal-length sequences of >= 2 values, got {len(x)} and {len(y)}")
-    rx, ry = ranks(x), ranks(y)
-    mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    return 0.0 if sxx == 0 or syy == 0 else sxy / (sxx * syy) ** 0.5
 
 
 def _windows(value) -> list[int]:

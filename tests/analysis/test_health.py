@@ -12,7 +12,9 @@ import yaml
 from lib.analysis.extract import load_model
 from lib.analysis.health import (HealthAccumulator, HealthParams, band_mass, band_test, input_health,
                                  teacher_forced, uniform_band_expectation, with_local_layers)
+from lib.analysis.health import summarize
 from lib.analysis.pipeline import choose_samples
+from lib.analysis.windows import spearman
 from lib.data.dataset import Batch
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import ParamError, parse_section
@@ -130,6 +132,18 @@ def test_accumulator_result_and_algorithm1_windows(layout):
     assert acc.algorithm1_windows(ap.full_layers) == [r["window"] for r in table[ap.full_layers:]]
 
 
+def test_summary_counts_the_windows_and_their_growth_with_depth():
+    """alg1_windows_ge3 and Spearman's ρ of the windows against depth, by hand: growing windows give
+    +1, shrinking -1, constant 0; layers <= full_layers stay out of the layer means."""
+    row = {"c_ii": 0.7, "band2": 3.0, "attn_ratio": 0.1, "falloff": 1.5, "heads_band2_ge2x": 1}
+    result = {"layers": {"l01": {**row, "c_ii": 0.1}, "l02": row, "l03": row, "l04": row},
+              "heads_band2": {"l02": [3.0, 1.0]}, "position_share": 0.6}
+    for windows, ge3, rho in (([1, 3, 9], 2, 1.0), ([9, 5, 1], 2, -1.0), ([3, 3, 3], 3, 0.0)):
+        s = summarize({**result, "algorithm1_windows": windows}, full_layers=1)
+        assert (s["alg1_windows_ge3"], s["alg1_windows_rho"], s["c_ii_mean"]) == (ge3, rho, 0.7)
+    assert "alg1_windows_rho" not in summarize({**result, "algorithm1_windows": [5]}, full_layers=3)
+
+
 def test_health_stage_end_to_end(layout, monkeypatch):
     params = yaml.safe_load((layout / "params.yaml").read_text())
     params["health"] = {"samples": 5, "band_split": "dev", "band_windows": [1, 3], "head_threshold": 2.0}
@@ -147,6 +161,9 @@ def test_health_stage_end_to_end(layout, monkeypatch):
         details = json.loads((layout / "data" / "health" / PAIR / f"{role}.json").read_text())
         assert details["task"] == role and len(details["algorithm1_windows"]) == N_LAYERS - ANALYSIS["full_layers"]
         assert details["sentences"] == 5
+        windows = details["algorithm1_windows"]
+        assert s["alg1_windows_ge3"] == sum(w >= 3 for w in windows)
+        assert s["alg1_windows_rho"] == pytest.approx(spearman(range(len(windows)), windows), abs=1e-6)
         # the model named relative to the repository: the same bytes in every clone
         assert not Path(details["model"]).is_absolute() and (layout / details["model"]).is_file()
         if role == "st":  # the band test uses select_windows' windows
