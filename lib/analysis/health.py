@@ -38,7 +38,8 @@ from torch import Tensor
 
 from lib.analysis.extract import layer_contributions, layer_tensors
 from lib.params import AnalysisParams, HealthParams
-from lib.analysis.windows import diagonal_means, select_window, spearman, window_from_lengths
+from lib.analysis.rank import spearman
+from lib.analysis.windows import diagonal_means, select_window, window_from_lengths
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer
 from lib.model.spec import local_attention_spec
 

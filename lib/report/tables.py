@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lib import layout
-from lib.analysis.windows import spearman
+from lib.analysis.rank import spearman
 from lib.decode.metrics import paired_bootstrap
 from lib.layout import ST_SYSTEMS, TEST_SPLIT, RunPaths
 from lib.paper import EN_DE_WINDOWS as PAPER_EN_DE_WINDOWS

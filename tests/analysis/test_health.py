@@ -14,7 +14,7 @@ from lib.analysis.health import (HealthAccumulator, HealthParams, band_mass, ban
                                  teacher_forced, uniform_band_expectation, with_local_layers)
 from lib.analysis.health import summarize
 from lib.analysis.pipeline import choose_samples
-from lib.analysis.windows import spearman
+from lib.analysis.rank import spearman
 from lib.data.dataset import Batch
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import ParamError, parse_section
