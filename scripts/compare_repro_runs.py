@@ -41,19 +41,15 @@ def _load(root: Path) -> tuple[dict, dict]:
 def seed_metrics_summary(root: Path, systems: tuple[str, ...] = ("baseline", "local")) -> dict:
     """``metrics/summary.json``'s BLEU keys, computed from the per-seed metrics of every system and pair
     whose runs are all present (``seed<k>.json`` for k = 1..)."""
-    from lib.report.tables import SystemScores, summary
+    from lib.report.tables import load_scores, summary
 
     flat: dict = {}
     for system in systems:
         for pair_dir in sorted((root / "metrics" / system).glob("*")):
-            files = sorted(pair_dir.glob("seed*.json"), key=lambda f: int(f.stem[4:]))
-            if not files:
-                continue
-            runs = [json.loads(f.read_text(encoding="utf-8")) for f in files]
-            seeds = [int(f.stem[4:]) for f in files]
-            flat.update(summary([SystemScores(pair_dir.name, system, seeds, [float(r["bleu"]) for r in runs],
-                                              [float(r["chrf"]) for r in runs])]))
-            flat[f"{pair_dir.name}/{system}/seeds"] = seeds
+            seeds = sorted(int(f.stem[4:]) for f in pair_dir.glob("seed*.json"))
+            if seeds:
+                flat.update(summary([load_scores(root, pair_dir.name, system, seeds)]))
+                flat[f"{pair_dir.name}/{system}/seeds"] = seeds
     if not flat:
         raise SystemExit(f"{root / 'metrics'}: no per-seed ST metrics (metrics/<system>/<pair>/seed<k>.json)")
     return flat

@@ -37,8 +37,8 @@ import torch
 from torch import Tensor
 
 from lib.analysis.extract import layer_contributions, layer_tensors
-from lib.params import AnalysisParams, HealthParams
 from lib.analysis.rank import spearman
+from lib.params import AnalysisParams, HealthParams
 from lib.analysis.windows import diagonal_means, select_window, window_from_lengths
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer
 from lib.model.spec import local_attention_spec
@@ -263,7 +263,8 @@ def model_health(model: S2TTransformer, window_ds: Any, indices: Sequence[int], 
 def summarize(result: dict[str, Any], full_layers: int, head_threshold: float = 2.0) -> dict[str, Any]:
     """The few numbers to compare runs by (layers full_layers+1..L = the local layers):
     mean C_ii, mean ±2 raw mass / uniform, local heads, layers with Algorithm 1 window >= 3 and
-    Spearman's ρ of those windows against depth, the share of the w = 1 -> full token-accuracy gap that Algorithm 1's windows recover."""
+    Spearman's ρ of those windows against depth, the share of the w = 1 -> full token-accuracy gap
+    that Algorithm 1's windows recover."""
     rows = [v for k, v in sorted(result["layers"].items()) if int(k[1:]) > full_layers]
     key = f"heads_band2_ge{head_threshold:g}x"
     bt = result.get("band_test", {})
