@@ -10,9 +10,8 @@ import torch
 import yaml
 
 from lib.analysis.extract import load_model
-from lib.analysis.health import (HealthAccumulator, HealthParams, band_mass, band_test, input_health,
+from lib.analysis.health import (HealthAccumulator, HealthParams, band_mass, band_test, input_health, summarize,
                                  teacher_forced, uniform_band_expectation, with_local_layers)
-from lib.analysis.health import summarize
 from lib.analysis.pipeline import choose_samples
 from lib.analysis.rank import spearman
 from lib.data.dataset import Batch
