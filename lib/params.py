@@ -160,6 +160,9 @@ class TrainConfig:
     adam_betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.0
     ctc_weight: float = 0.0  # auxiliary encoder CTC loss (ESPnet-style); 0 in the paper
+    # > 0: the CTC weight falls linearly from ctc_weight after this many updates to 0 at max_updates
+    # (a demo option, lib.train.objectives.ctc_weight_at); 0: constant
+    ctc_decay_from: int = 0
     # A demo option (not in the paper, which uses one lr): the encoder's parameters (subsampler,
     # layers, final LayerNorm, CTC projection) step with lr x this factor; 1.0 = one lr for all.
     # For ST fine-tuning of a pretrained encoder on a short schedule (lib.train.loop.make_optimizer).
@@ -207,6 +210,9 @@ class TrainConfig:
             raise ValueError(f"{prefix}.encoder_lr_scale must be in (0, 1], got {self.encoder_lr_scale}")
         if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:
             raise ValueError(f"{prefix}: lr and clip_norm must be > 0, label_smoothing in [0, 1), ctc_weight >= 0")
+        if self.ctc_decay_from and not (self.ctc_weight > 0 and 0 < self.ctc_decay_from < self.max_updates):
+            raise ValueError(f"{prefix}.ctc_decay_from must be 0 (off) or, with ctc_weight > 0, in (0, max_updates = "
+                             f"{self.max_updates}), got {self.ctc_decay_from}")
 
 
 

@@ -40,7 +40,7 @@ from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig r
 from lib.precision import autocast, configure_cuda, resolve_amp, resolve_padding
 from lib.train import checkpoint as ckpt
 from lib.model.attention import set_head_selection_tau
-from lib.train.objectives import HeadSelectionTraining, ctc_loss, label_smoothed_nll_loss, learning_rate
+from lib.train.objectives import HeadSelectionTraining, ctc_loss, ctc_weight_at, label_smoothed_nll_loss, learning_rate
 
 
 
@@ -187,7 +187,7 @@ class Resume:
 
 #: Training keys added after runs were fingerprinted, with the value that changes nothing: left out of
 #: the fingerprint at that value, so checkpoints (and fork states) of earlier runs keep matching.
-_NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0}
+_NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0, "ctc_decay_from": 0}
 
 
 def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -423,6 +423,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             group = groups[st.group_in_epoch]
             mine = group[rank * cfg.update_freq:(rank + 1) * cfg.update_freq]
             optimizer.zero_grad(set_to_none=True)
+            # the CTC weight for u = updates completed so far (resume-safe)
+            criterion.ctc_weight = ctc_weight_at(st.update, cfg.ctc_weight, cfg.ctc_decay_from, cfg.max_updates)
             if head_selection is not None:  # τ(u) for u = updates completed so far (resume-safe)
                 set_head_selection_tau(model, head_selection.tau(st.update))
             batches = []

@@ -69,6 +69,17 @@ def learning_rate(update: int, scheduler: str, lr: float, warmup_updates: int, m
     raise ValueError(f"unknown lr_scheduler {scheduler!r} (inverse_sqrt | polynomial_decay)")
 
 
+def ctc_weight_at(update: int, ctc_weight: float, decay_from: int, max_updates: int) -> float:
+    """The auxiliary CTC loss's weight for the update after ``update`` completed ones
+    (``TrainConfig.ctc_decay_from``): ``ctc_weight`` until ``decay_from`` updates, then falling
+    linearly to 0 at ``max_updates``; ``decay_from`` 0 keeps it constant (the default). A demo option:
+    the CTC loss gets the encoder off the ground, and its decay hands the top layers to the decoder's
+    loss alone for the rest of the run (README, the study's row U)."""
+    if decay_from <= 0 or update < decay_from:
+        return float(ctc_weight)
+    return ctc_weight * max(max_updates - update, 0) / max(max_updates - decay_from, 1)
+
+
 def head_selection_tau(update: int, tau_start: float = 5.0, tau_end: float = 5.0, anneal_updates: int = 0) -> float:
     """Temperature of the head-selection Gumbel-sigmoid after ``update`` completed updates
     (specs/variants.md §2.3 "Temperature"): τ(u) = max(τ_end, τ_start · (τ_end / τ_start)^(u / U)),

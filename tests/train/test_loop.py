@@ -421,3 +421,39 @@ def test_encoder_lr_scale_out_of_range_is_named(bad: float) -> None:
 
     with pytest.raises(ValueError, match=r"train_st\.encoder_lr_scale"):
         TrainConfig(encoder_lr_scale=bad).validate("train_st")
+
+
+# ----------------------------------------------------------------------------- ctc_decay_from
+
+
+def test_ctc_decay_sets_the_criterion_weight_before_every_update(prepared: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop asks ctc_weight_at for u = 0..max_updates-1 completed updates and trains with it:
+    the run differs from one with the constant weight, deterministically; the neutral value 0 stays
+    out of a run's fingerprint (runs of before resume)."""
+    from lib.data.dataset import SpeechDataset
+    from lib.params import TrainConfig
+    from lib.train import loop
+    from lib.train.loop import train_config_dict
+
+    vocab = SpeechDataset(prepared, "train", "asr", max_frames=3000).vocab_size
+    ctc_model = {"ctc_vocab_size": vocab}
+    seen: list[tuple[int, float]] = []
+    real = loop.ctc_weight_at
+
+    def spy(update: int, weight: float, decay_from: int, max_updates: int) -> float:
+        w = real(update, weight, decay_from, max_updates)
+        seen.append((update, w))
+        return w
+
+    monkeypatch.setattr(loop, "ctc_weight_at", spy)
+    decayed = dict(ctc_weight=0.3, ctc_decay_from=4)
+    m1, _ = _driver.run_training(prepared, tmp_path / "a", train_overrides=decayed, model=ctc_model)
+    assert [u for u, _ in seen] == list(range(8))
+    assert [w for _, w in seen] == pytest.approx([0.3] * 5 + [0.225, 0.15, 0.075])
+    m2, _ = _driver.run_training(prepared, tmp_path / "b", train_overrides=decayed, model=ctc_model)
+    m3, _ = _driver.run_training(prepared, tmp_path / "c", train_overrides={"ctc_weight": 0.3}, model=ctc_model)
+    assert_same_state(m1.state_dict(), m2.state_dict())
+    assert state_differs(m1.state_dict(), m3.state_dict())
+    assert "ctc_decay_from" not in train_config_dict(TrainConfig(ctc_weight=0.3))
+    assert train_config_dict(TrainConfig(ctc_weight=0.3, ctc_decay_from=4))["ctc_decay_from"] == 4

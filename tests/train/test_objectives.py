@@ -157,3 +157,25 @@ def test_ctc_loss_zero_infinity_drops_impossible_utterances() -> None:
     loss.backward()
     assert torch.isfinite(x.grad).all()
     assert torch.all(x.grad[1] == 0)
+
+
+def test_ctc_weight_at_is_constant_then_falls_linearly_to_zero() -> None:
+    from lib.train.objectives import ctc_weight_at
+
+    # off (decay_from 0): the weight at every update
+    assert [ctc_weight_at(u, 0.3, 0, 10) for u in (0, 5, 9)] == [0.3, 0.3, 0.3]
+    # 0.3 for updates 1..6 (u = 0..5 completed), then 0.3 * (10 - u) / 4 for u = 6..9: 0.3, 0.225, 0.15, 0.075
+    got = [ctc_weight_at(u, 0.3, 6, 10) for u in range(10)]
+    assert got[:6] == [0.3] * 6
+    assert got[6:] == pytest.approx([0.3, 0.225, 0.15, 0.075])
+    assert ctc_weight_at(10, 0.3, 6, 10) == 0.0  # past the end (never trained)
+
+
+@pytest.mark.parametrize("bad", [dict(ctc_decay_from=10, max_updates=10, ctc_weight=0.3),
+                                 dict(ctc_decay_from=-1, max_updates=10, ctc_weight=0.3),
+                                 dict(ctc_decay_from=5, max_updates=10, ctc_weight=0.0)])
+def test_ctc_decay_from_out_of_range_is_named(bad: dict) -> None:
+    from lib.params import TrainConfig
+
+    with pytest.raises(ValueError, match=r"train_asr\.ctc_decay_from"):
+        TrainConfig(**bad).validate("train_asr")
