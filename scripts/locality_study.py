@@ -97,6 +97,8 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "train_asr.ctc_weight": "0"}, "asr"),
     ("T", "R with the CTC loss on layer 8's output (intermediate CTC: layers 9-12 learn from the decoder only)",
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "+model.overrides.ctc_layer": "8"}, "asr"),
+    ("U", "R with the CTC weight falling linearly from 0.3 at update 1200 to 0 at 2400 (the top layers left to the decoder's loss)",
+     {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "train_asr.ctc_decay_from": "1200"}, "asr"),
 ]
 
 
