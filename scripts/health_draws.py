@@ -2,9 +2,9 @@
 much of a window profile is the setting and how much the draw (issue 9's "growing with depth").
 
     python scripts/health_draws.py workspace asr-seed2 asr-seed3 asr-seed4 asr-seed5
-    python scripts/health_draws.py workspace asr-seed2 --model asr --pair en-de --md reports/asr_draws.md
+    python scripts/health_draws.py "seed 1=workspace" "seed 2=asr-seed2" --model asr --pair en-de --md out.md
 
-Each draw is ``workspace`` (this checkout's ``metrics/health/<pair>/<model>.json``), the name of a
+Each draw is ``[label=]source``; the source is ``workspace`` (this checkout's ``metrics/health/<pair>/<model>.json``), the name of a
 DVC experiment (``dvc exp run -n NAME``, ``--temp`` included: its commit under ``refs/exps``), or a
 path to a health metrics file. Printed per draw: the layers' windows (k+1..L, as in the health
 metrics), how many are >= 3, Spearman's rho with depth, and the means of C_ii and of the ±2 band
@@ -131,12 +131,16 @@ def markdown(s: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("draws", nargs="+", help="workspace | DVC experiment name | path to a health metrics .json")
+    ap.add_argument("draws", nargs="+",
+                    help="[label=]source, source: workspace | DVC experiment name | path to a health metrics .json")
     ap.add_argument("--model", default="asr", choices=["asr", "st"])
     ap.add_argument("--pair", default="en-de")
     ap.add_argument("--md", type=Path, help="also write the table here")
     args = ap.parse_args()
-    draws = {name: load_draw(name, args.model, args.pair) for name in args.draws}
+    draws = {}
+    for arg in args.draws:
+        label, _, source = arg.rpartition("=")
+        draws[label or source] = load_draw(source, args.model, args.pair)
     try:
         md = markdown(summarize_draws(draws))
     except (KeyError, ValueError) as e:

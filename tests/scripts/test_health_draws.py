@@ -50,12 +50,13 @@ def test_cli_reads_files_and_writes_the_table(tmp_path: Path, capsys, monkeypatc
     for name, w in (("x", [1, 3, 5]), ("y", [1, 5, 9])):
         p = tmp_path / f"{name}.json"
         p.write_text(json.dumps(_health(w, [2.0, 3.0, 4.0], [0.8, 0.7, 0.6])))
-        paths.append(str(p))
+        paths.append(f"draw {name}={p}" if name == "x" else str(p))
     md = tmp_path / "out.md"
     monkeypatch.setattr(sys, "argv", ["health_draws.py", *paths, "--md", str(md)])
     health_draws.main()
     out = capsys.readouterr().out
     assert out == md.read_text()
+    assert "| draw x | 1 | 3 | 5 |" in out
     assert "| mean window (2 draws) | 1.0 | 4.0 | 7.0 | | +1.00 (of the mean profile) | | |" in out
 
 
