@@ -291,6 +291,9 @@ def replay(p: Plan, timing: Path, jobs: int, say: Callable[[str], None] = print)
 
 
 def main() -> None:
+    from _venv import ensure_project_venv
+
+    ensure_project_venv(CODE)  # torch and dvc: re-run under .venv when started with another python
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("targets", nargs="*", help="stages (as for `dvc repro`); default: the whole pipeline")
     ap.add_argument("-j", "--jobs", help="stages at a time (default: params.yaml's parallel.jobs)")

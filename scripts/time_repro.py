@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
+    from _venv import ensure_project_venv
+
+    ensure_project_venv(ROOT)  # so that scripts/repro.py runs under .venv too (sys.executable)
     args = sys.argv[1:]
     if {"-h", "--help", "--dry"} & set(args):  # nothing runs: leave every file (the last timing too) alone
         sys.exit(subprocess.call([sys.executable, str(ROOT / "scripts" / "repro.py"), *args], cwd=ROOT))
