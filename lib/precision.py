@@ -19,7 +19,8 @@ Shared by training (lib/train/loop.py) and decoding (lib/decode/beam_search.py).
   decides (a probe, most likely run beside another training stage, once gave 1.06x for a model
   measured at 1.40x and 1.47x alone: ``scripts/probe_precision.py``).
   The answer is cached under ``~/.cache/locality-st/precision/`` (``LOCALITY_ST_CACHE`` moves
-  it), keyed by CPU model, torch version, thread count, model and batch size, so every run on a
+  it), keyed by CPU (:func:`cpu_identity`: model name, family, model, stepping), torch version,
+  thread count, model and batch size, so every run on a
   machine gets the same answer: same seed, same machine, same metrics. The model is the
   *baseline's* (:func:`baseline_model_config`): a local-attention (smoothing, head-selection) run
   trains in the precision measured for its baseline, so the two differ in the attention only. Runs record the precision
@@ -131,15 +132,28 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LOCALITY_ST_CACHE") or Path.home() / ".cache" / "locality-st")
 
 
-def _cpu_model() -> str:
+def cpu_identity(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU as the probe cache knows it: the model name plus family, model and stepping, e.g.
+    ``AMD EPYC (family 26, model 2, stepping 1)``. Virtual machines often report a bare model
+    name ("AMD EPYC") for different CPU generations, whose bf16 speed-ups differ, and a home
+    directory (hence the cache) may be shared between hosts; the numbers tell them apart. (The
+    default run's probes on this project's "AMD EPYC" hosts: ASR 1.52x and ST 1.35-1.40x in one
+    session, ASR 1.75x and ST 1.73-1.80x in another on family 26, model 2; the name alone cannot
+    say whether those were two CPU generations or one host, busier the first time.)"""
+    fields: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
+        with open(cpuinfo, encoding="utf-8") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    numbers = [f"{k if k != 'cpu family' else 'family'} {fields[k]}" for k in ("cpu family", "model", "stepping")
+               if fields.get(k)]
+    return f"{name} ({', '.join(numbers)})" if numbers else name
 
 
 def _batch_to_dict(batch: Any) -> dict[str, Any]:
@@ -265,7 +279,7 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
     if amp != "auto" or device.type != "cpu" or resolved != "bf16":
         return resolved
     model_config = baseline_model_config(model_config)  # every system of a pair: its baseline's precision
-    ident = {"cpu": _cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+    ident = {"cpu": cpu_identity(), "torch": torch.__version__, "threads": torch.get_num_threads(),
              "probe": PROBE_VERSION, "model": model_config, "max_frames": int(max_frames),
              "ctc_weight": float(ctc_weight), "data": data_id}
     if tuple(pad_to) != (1, 1):  # (only when set: the caches of unpadded runs keep their keys)

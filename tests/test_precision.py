@@ -181,3 +181,35 @@ def test_train_amp_auto_measures_a_near_threshold_probe_again_and_takes_the_medi
         assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, int(s * 1000), probe_batches=_three,
                                            data_id="a") == want
         assert calls == [s]
+
+
+def test_cpu_identity_tells_cpu_generations_with_one_model_name_apart(tmp_path):
+    """Two hosts that both call themselves "AMD EPYC" get different probe cache keys."""
+    zen = tmp_path / "cpuinfo"
+    block = "processor\t: {p}\nvendor_id\t: AuthenticAMD\ncpu family\t: {fam}\nmodel\t\t: {mod}\n" \
+            "model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu avx512_bf16\n\n"
+    zen.write_text(block.format(p=0, fam=26, mod=2) + block.format(p=1, fam=25, mod=17))
+    assert precision.cpu_identity(zen) == "AMD EPYC (family 26, model 2, stepping 1)"  # the first block only
+    zen.write_text(block.format(p=0, fam=25, mod=17))
+    assert precision.cpu_identity(zen) == "AMD EPYC (family 25, model 17, stepping 1)"
+    bare = tmp_path / "bare"
+    bare.write_text("model name\t: Some CPU\n")
+    assert precision.cpu_identity(bare) == "Some CPU"
+    assert precision.cpu_identity(tmp_path / "missing")  # no /proc/cpuinfo: the platform's name, never empty
+
+
+def test_train_amp_auto_cache_key_holds_the_cpu_identity(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
+    cpu = torch.device("cpu")
+    calls = _fake_probe(monkeypatch, fp32=0.200, bf16=0.100)
+    monkeypatch.setattr(precision, "cpu_identity", lambda: "AMD EPYC (family 25, model 17, stepping 1)")
+    assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, 100, probe_batches=_three, data_id="a") == "bf16"
+    # the same model name on another CPU generation measures again, into its own cache file
+    calls = _fake_probe(monkeypatch, fp32=0.100, bf16=0.200)
+    monkeypatch.setattr(precision, "cpu_identity", lambda: "AMD EPYC (family 26, model 2, stepping 1)")
+    assert precision.resolve_train_amp("auto", cpu, {"d_model": 8}, 100, probe_batches=_three, data_id="a") == "none"
+    assert len(calls) == 1
+    files = sorted((tmp_path / "precision").glob("train-*.json"))
+    assert len(files) == 2
+    assert {json.loads(f.read_text())["ident"]["cpu"] for f in files} == {
+        "AMD EPYC (family 25, model 17, stepping 1)", "AMD EPYC (family 26, model 2, stepping 1)"}
