@@ -82,6 +82,7 @@ __all__ = [
     "HeadSelectionAttention",
     "SelfAttention",
     "SmoothedAttention",
+    "band_bias",
     "band_logit_matrix",
     "bernoulli_kl",
     "build_attention",
@@ -113,6 +114,12 @@ def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
     """
     neg = torch.finfo(dtype).min / 2
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask, neg)
+
+
+def band_bias(n: int, window: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """(1, 1, N, N) additive bias that forbids keys outside |i - j| <= (window - 1) / 2."""
+    pos = torch.arange(n, device=device)
+    return mask_bias((pos[None, :] - pos[:, None]).abs() > (window - 1) // 2, dtype)[None, None]
 
 
 def explicit_on_cpu(q: Tensor) -> bool:
@@ -234,10 +241,13 @@ class SelfAttention(nn.Module):
             return bias
         return rel[None] if bias is None else bias + rel[None]
 
-    def _softmax_weights(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        """Explicit softmax(q k^T / sqrt(dh) + bias): (B, H, N, N), rows sum to 1."""
+    def _softmax_weights(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, band: bool = False) -> Tensor:
+        """Explicit softmax(q k^T / sqrt(dh) + bias): (B, H, N, N), rows sum to 1. ``band``: keys
+        outside ``self.window``'s band are masked too (LocalAttention's dense path)."""
         scores = torch.matmul(q, k.transpose(-2, -1)) * self.scaling
         bias = self.score_bias(key_padding_mask, q.shape[2], scores.dtype)
+        if band:
+            bias = band_bias(q.shape[2], self.window, scores.dtype, q.device) + (0 if bias is None else bias)
         if bias is not None:
             scores = scores + bias
         return torch.softmax(scores, dim=-1)
@@ -382,8 +392,16 @@ class LocalAttention(SelfAttention):
         self.window = window
 
     def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
-        from lib.model.local_attention import local_attention  # local import: optional kernel module
+        from lib.model.local_attention import dense_band_is_cheaper, local_attention  # optional kernel module
 
+        if not need_weights and dense_band_is_cheaper(q.shape[2], q.dtype, q.device):
+            # Short sequences in bf16 on CPU: the same band as a dense masked score matrix, through
+            # full attention's explicit path (fast dropout mask); the blocked kernel's small matmuls
+            # cost more there (lib/model/local_attention.py, DENSE_BAND_MAX_LEN). Padded query rows
+            # whose window holds no real key get finite weights here (zeros in the blocked kernel);
+            # like full attention's padded rows, they reach no loss.
+            weights = self._softmax_weights(q, k, key_padding_mask, band=True)
+            return self._weighted_sum(weights, v), None
         res = local_attention(q, k, v, self.window, key_padding_mask, dropout_p=self.dropout,
                               training=self.training, return_weights=need_weights)
         if not need_weights:
@@ -413,9 +431,7 @@ class BandedAttention(FullAttention):
         self.window = window
 
     def score_bias(self, key_padding_mask: Tensor | None, n: int, dtype: torch.dtype) -> Tensor | None:
-        pos = torch.arange(n, device=self.q_proj.weight.device)
-        outside = (pos[None, :] - pos[:, None]).abs() > (self.window - 1) // 2  # (N, N)
-        band = mask_bias(outside, dtype)[None, None]
+        band = band_bias(n, self.window, dtype, self.q_proj.weight.device)  # (1, 1, N, N)
         bias = super().score_bias(key_padding_mask, n, dtype)
         return band if bias is None else bias + band
 

@@ -48,6 +48,11 @@ with the key padding mask (still exact) unless dropout-with-generator or
 ``return_weights`` is requested, in which case the window is clamped to ``2N - 1``
 (identical result) and the blocked path is used.
 
+Short sequences in 16-bit on CPU (:func:`dense_band_is_cheaper`): the blocks are small matmuls whose
+fixed costs dominate, and bf16 matmuls gain little on them, so there the same band is cheaper as a
+dense masked (N, N) score matrix: :class:`lib.model.attention.LocalAttention` takes that path then
+(same math, other rounding; fp32 and CUDA always use the blocked kernel).
+
 ``band_mask`` and ``banded_reference`` are dense O(N^2) helpers: the ground truth
 for tests and benchmarks, never used by ``local_attention`` itself.
 """
@@ -60,10 +65,27 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["local_attention", "band_mask", "banded_reference", "choose_block_size"]
+__all__ = ["local_attention", "band_mask", "banded_reference", "choose_block_size", "dense_band_is_cheaper",
+           "DENSE_BAND_MAX_LEN"]
 
 
 # ----------------------------------------------------------------------------- helpers
+
+# Longest sequence for which a 16-bit local-attention layer on CPU is computed as a dense band-masked
+# score matrix rather than by the blocked kernel (:func:`dense_band_is_cheaper`). One thread, demo
+# shapes (d = 256, 4 heads, ~800 positions per batch), attention module forward + backward, blocked
+# / dense time (`python benchmarks/local_dense_crossover.py`, 2-core AMD EPYC, 2026-11-26, w = 3 / 9
+# / 21): bf16 1.22-1.43 at N = 50, 1.10-1.28 at N = 100, 0.90-1.08 at N = 150, 0.89-1.02 at N = 200,
+# 0.68-0.78 at N = 400; fp32 1.04-1.11 at N = 50 but 0.91-0.94 at N = 100, so fp32 keeps the kernel.
+DENSE_BAND_MAX_LEN = 128
+
+
+def dense_band_is_cheaper(n: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether a local-attention layer over ``n`` positions should use the dense band-masked path:
+    on CPU, in bf16 / fp16, for ``n <= DENSE_BAND_MAX_LEN`` (measured crossover above). The demo's
+    encoder sequences (N ~ 75-130) take it in bf16; MuST-C's (mean 166, up to 1052) mostly do not."""
+    return device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) and n <= DENSE_BAND_MAX_LEN
+
 
 
 def _check_window(window: int) -> int:

@@ -297,3 +297,86 @@ def test_attention_fp32_reaches_every_encoder_layer_and_stays_out_of_default_con
     assert not any(layer.self_attn.core_fp32 for layer in S2TTransformer(default).encoder.layers)
     with pytest.raises(ValueError, match="attention_fp32"):
         model_config("demo", vocab_size=20, attention_fp32="yes")
+
+
+def test_dense_band_is_cheaper_only_for_short_16_bit_sequences_on_cpu():
+    from lib.model.local_attention import DENSE_BAND_MAX_LEN, dense_band_is_cheaper
+
+    cpu = torch.device("cpu")
+    assert dense_band_is_cheaper(DENSE_BAND_MAX_LEN, torch.bfloat16, cpu)
+    assert dense_band_is_cheaper(1, torch.float16, cpu)
+    assert not dense_band_is_cheaper(DENSE_BAND_MAX_LEN + 1, torch.bfloat16, cpu)
+    assert not dense_band_is_cheaper(10, torch.float32, cpu)
+    assert not dense_band_is_cheaper(10, torch.bfloat16, torch.device("cuda"))
+
+
+def _local_pair(w: int, dropout: float = 0.0):
+    torch.manual_seed(0)
+    local = build_attention({"type": "local", "window": w}, D, H, dropout)
+    banded = build_attention({"type": "banded", "window": w}, D, H, dropout)
+    banded.load_state_dict(local.state_dict())
+    return local, banded
+
+
+def test_local_dense_band_path_equals_banded_attention_and_the_blocked_kernel(monkeypatch):
+    """LocalAttention's dense path (forced here in fp32) computes BandedAttention's dense masked
+    attention (which takes SDPA here: last bits differ) and the blocked kernel's result on every
+    real query, forward and backward."""
+    import lib.model.local_attention as la
+
+    x, mask, _ = _inputs(N=11)
+    valid = ~mask
+    for w in (1, 3, 7, 23):
+        local, banded = _local_pair(w)
+        outs, grads = [], []
+        for dense in (True, False):
+            monkeypatch.setattr(la, "dense_band_is_cheaper", lambda n, dtype, device, dense=dense: dense)
+            xx = x.clone().requires_grad_()
+            out = local.train()(xx, mask).out
+            out[valid].sum().backward()
+            outs.append(out)
+            grads.append(xx.grad)
+        xb = x.clone().requires_grad_()
+        ref = banded.train()(xb, mask).out
+        ref[valid].sum().backward()
+        torch.testing.assert_close(outs[0][valid], ref[valid], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(grads[0], xb.grad, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(outs[0][valid], outs[1][valid], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(grads[0], grads[1], atol=1e-5, rtol=1e-5)
+
+
+def test_local_attention_takes_the_dense_band_path_in_bf16_on_cpu_only_for_short_sequences(monkeypatch):
+    """Under CPU bf16 autocast, N <= DENSE_BAND_MAX_LEN: the dense path (the blocked kernel is not
+    called), close to the blocked kernel's bf16 result; fp32, longer sequences and need_weights
+    (analysis) keep the blocked kernel. Training with dropout stays seeded."""
+    import lib.model.local_attention as la
+
+    calls = []
+    real = la.local_attention
+    monkeypatch.setattr(la, "local_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    x, mask, _ = _inputs(N=11)
+    valid = ~mask
+    local, _ = _local_pair(5)
+    local.eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dense = local(x, mask).out
+        assert calls == []
+        local(x, mask, need_weights=True)
+        assert len(calls) == 1
+        monkeypatch.setattr(la, "DENSE_BAND_MAX_LEN", 10)  # N = 11 is now "long"
+        blocked = local(x, mask).out
+        assert len(calls) == 2
+    torch.testing.assert_close(dense.float()[valid], blocked.float()[valid], atol=3e-2, rtol=3e-2)
+    local(x, mask)  # fp32
+    assert len(calls) == 3
+
+    monkeypatch.setattr(la, "DENSE_BAND_MAX_LEN", 128)
+    local, _ = _local_pair(5, dropout=0.3)
+    local.train()
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            runs.append(local(x, mask).out)
+    assert len(calls) == 3
+    torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
