@@ -3,6 +3,7 @@
 
     python scripts/compare_repro_runs.py REFERENCE CANDIDATE [--names fp32 default] [--md out.md]
                                          [--candidate-timing reports/repro_timing_<commit>.json]
+                                         [--reference-timing reports/<run>/repro_timing.json]
 
 REFERENCE and CANDIDATE are workspaces (clones) in which `python scripts/time_repro.py --fresh -f`
 ran: each holds `reports/repro_timing.json` and `metrics/summary.json` (or a folder with the two
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--candidate-timing", type=Path, metavar="TIMING",
                     help="the candidate's wall times from this --timing file instead (e.g. a rerun kept as "
                          "reports/repro_timing_<commit>.json whose outputs are byte-identical to CANDIDATE's)")
+    ap.add_argument("--reference-timing", type=Path, metavar="TIMING",
+                    help="the same for the reference: e.g. an fp32 rerun whose outputs are byte-identical to "
+                         "REFERENCE's, kept as its timing file alone")
     ap.add_argument("--seed-metrics", action="store_true",
                     help="compare the ST runs' per-seed metrics only (no timing, no summary.json needed)")
     ap.add_argument("--systems", nargs="+", choices=["baseline", "local"], default=["baseline", "local"],
@@ -116,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     (t_ref, m_ref), (t_cand, m_cand) = _load(args.reference), _load(args.candidate)
     if args.candidate_timing is not None:  # a rerun whose outputs equal CANDIDATE's, its timing kept alone
         t_cand = json.loads(args.candidate_timing.read_text(encoding="utf-8"))
+    if args.reference_timing is not None:
+        t_ref = json.loads(args.reference_timing.read_text(encoding="utf-8"))
     quality, ok = quality_table(m_ref, m_cand, names)
     text = "\n".join([f"Wall time, `{t_ref['command']}` in each ({args.reference} vs {args.candidate}):", "",
                       *timing_table(t_ref, t_cand, names), "",

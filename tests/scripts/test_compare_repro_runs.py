@@ -58,6 +58,8 @@ def test_a_kept_run_folder_with_the_two_files_side_by_side(tmp_path: Path, capsy
     rerun.write_text(json.dumps({"command": "dvc repro -f", "total_seconds": 30.0, "by_stage_group": {"x": 30.0}}))
     assert compare_repro_runs.main([str(kept), str(ref), "--candidate-timing", str(rerun)]) == 0
     assert "| **total** | **1.0** | **0.5** | **0.50** |" in capsys.readouterr().out
+    assert compare_repro_runs.main([str(kept), str(ref), "--reference-timing", str(rerun)]) == 0
+    assert "| **total** | **0.5** | **1.0** | **2.00** |" in capsys.readouterr().out
 
 
 def _seed_metrics(root: Path, system: str, pair: str, bleus: list[float]) -> None:
