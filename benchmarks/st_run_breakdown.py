@@ -4,6 +4,12 @@ temporary folder (the workspace's runs/ are not touched), each precision in its 
 cProfile, as `train_baseline` runs it (one thread by default: `parallel.jobs: auto` on 2 cores).
 
     python benchmarks/st_run_breakdown.py [--pair en-de] [--seed 1] [--threads 1] [--updates N]
+    python benchmarks/st_run_breakdown.py --system asr_shared --threads 2 --updates 400
+
+``--system asr_shared``: the shared English ASR model's run instead (params.yaml's `train_asr`, CTC
+included, trained from scratch; two threads, as it trains alone in the pipeline). With ``--updates
+400`` it stops at its first dev evaluation (`eval_every: 400`), so the run's share of evaluation is
+the full run's (6 evaluations in 2400 updates), its warm-up whole, and the rest of its schedule left out.
 
 Printed per precision: seconds of the run by part (forward, of which dropout; backward; optimizer
 step and gradient clipping; batching; checkpoints; the dev evaluation; dvclive logging; the rest of
@@ -54,17 +60,20 @@ def _cumulative(stats: pstats.Stats, suffix: str, name: str) -> float:
     return sum(v[3] for (path, _, fn), v in stats.stats.items() if fn == name and path.endswith(suffix))
 
 
-def one_run(amp: str, pair: str, seed: int, threads: int, updates: int | None, out: Path) -> dict:
-    """In this process: train and decode one baseline run under cProfile; its parts in seconds."""
+def one_run(amp: str, pair: str, seed: int, threads: int, updates: int | None, out: Path,
+            system: str = "baseline") -> dict:
+    """In this process: train and decode one baseline run (or ``system``'s) under cProfile; its parts in seconds."""
     from lib.params import load_params
     from lib.layout import RunPaths
     from lib.train.run import run, spec_from_params
 
     p = load_params(ROOT / "params.yaml")
-    spec = spec_from_params(p, ROOT, "baseline", pair, seed)
+    spec = spec_from_params(p, ROOT, system, pair, seed)
     train = dataclasses.replace(spec.train, amp=amp, **({"max_updates": updates, "eval_every": updates}
                                                         if updates else {}))
-    spec = dataclasses.replace(spec, paths=RunPaths(out, "baseline", pair, seed), train=train, threads=threads)
+    paths = RunPaths(out, system) if system == "asr_shared" else RunPaths(out, system, pair, seed)
+    spec = dataclasses.replace(spec, paths=paths, train=train, threads=threads,
+                               **({"fork_at": None} if updates and (spec.fork_at or 0) > updates else {}))
     t_imports = time.perf_counter() - T_START
     prof = cProfile.Profile()
     t0 = time.perf_counter()
@@ -83,7 +92,7 @@ def one_run(amp: str, pair: str, seed: int, threads: int, updates: int | None, o
     parts["decoding tst-COMMON (beam 5)"] = timing["decode_seconds"]
     parts["imports and start-up"] = t_imports
     return {"amp": amp, "parts": parts, "total": wall + t_imports, "train_seconds": timing["train_seconds"],
-            "bleu": metrics.get("bleu"), "precision": metrics.get("precision"), "updates": metrics.get("updates")}
+            "bleu": metrics.get("bleu"), "wer": metrics.get("wer"), "precision": metrics.get("precision"), "updates": metrics.get("updates")}
 
 
 def main() -> None:
@@ -92,25 +101,28 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--updates", type=int, help="fewer updates than train_st.max_updates (a quick look)")
+    ap.add_argument("--system", choices=["baseline", "asr_shared"], default="baseline")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child: none | bf16
     args = ap.parse_args()
     if args.one:
         with tempfile.TemporaryDirectory(prefix="st_run_breakdown_") as tmp:
-            print(json.dumps(one_run(args.one, args.pair, args.seed, args.threads, args.updates, Path(tmp))))
+            print(json.dumps(one_run(args.one, args.pair, args.seed, args.threads, args.updates, Path(tmp),
+                                     args.system)))
         return
     # warm the file cache first, so that neither process pays a cold import of torch the other does not
     subprocess.run([sys.executable, "-c", "import torch, dvclive, sentencepiece, sacrebleu"], check=True)
     results = {}
     for amp in ("none", "bf16"):  # one fresh process each, as the pipeline runs them
         cmd = [sys.executable, __file__, "--one", amp, "--pair", args.pair, "--seed", str(args.seed),
-               "--threads", str(args.threads)] + (["--updates", str(args.updates)] if args.updates else [])
+               "--threads", str(args.threads), "--system", args.system] + (["--updates", str(args.updates)] if args.updates else [])
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"error: the {amp} run failed:\n{done.stderr[-3000:]}")
         results[amp] = json.loads(done.stdout.strip().splitlines()[-1])
     a, b = results["none"], results["bf16"]
-    print(f"one {args.pair} baseline run (seed {args.seed}, {a['updates']} updates, {args.threads} thread(s)), "
-          f"seconds under cProfile; BLEU fp32 {a['bleu']}, bf16 {b['bleu']}")
+    what = ("the shared ASR model's run (CTC included" if args.system == "asr_shared" else f"one {args.pair} baseline run (seed {args.seed}")
+    print(f"{what}, {a['updates']} updates, {args.threads} thread(s)), seconds under cProfile; "
+          + (f"WER fp32 {a['wer']}, bf16 {b['wer']}" if args.system == "asr_shared" else f"BLEU fp32 {a['bleu']}, bf16 {b['bleu']}"))
     print(f"| part | fp32 s | bf16 s | fp32 / bf16 | share of the bf16 run |")
     print("|---|---|---|---|---|")
     for k in a["parts"]:
