@@ -87,7 +87,6 @@ def dense_band_is_cheaper(n: int, dtype: torch.dtype, device: torch.device) -> b
     return device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) and n <= DENSE_BAND_MAX_LEN
 
 
-
 def _check_window(window: int) -> int:
     if isinstance(window, bool) or not isinstance(window, int):
         try:
