@@ -241,13 +241,14 @@ class SelfAttention(nn.Module):
             return bias
         return rel[None] if bias is None else bias + rel[None]
 
-    def _softmax_weights(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, band: bool = False) -> Tensor:
-        """Explicit softmax(q k^T / sqrt(dh) + bias): (B, H, N, N), rows sum to 1. ``band``: keys
-        outside ``self.window``'s band are masked too (LocalAttention's dense path)."""
+    def _softmax_weights(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None,
+                         extra_bias: Tensor | None = None) -> Tensor:
+        """Explicit softmax(q k^T / sqrt(dh) + bias): (B, H, N, N), rows sum to 1. ``extra_bias`` is
+        added to :meth:`score_bias`'s (LocalAttention's dense path: its band, :func:`band_bias`)."""
         scores = torch.matmul(q, k.transpose(-2, -1)) * self.scaling
         bias = self.score_bias(key_padding_mask, q.shape[2], scores.dtype)
-        if band:
-            bias = band_bias(q.shape[2], self.window, scores.dtype, q.device) + (0 if bias is None else bias)
+        if extra_bias is not None:
+            bias = extra_bias + (0 if bias is None else bias)
         if bias is not None:
             scores = scores + bias
         return torch.softmax(scores, dim=-1)
@@ -400,7 +401,8 @@ class LocalAttention(SelfAttention):
             # cost more there (lib/model/local_attention.py, DENSE_BAND_MAX_LEN). Padded query rows
             # whose window holds no real key get finite weights here (zeros in the blocked kernel);
             # like full attention's padded rows, they reach no loss.
-            weights = self._softmax_weights(q, k, key_padding_mask, band=True)
+            band = band_bias(q.shape[2], self.window, q.dtype, q.device)  # (1, 1, N, N)
+            weights = self._softmax_weights(q, k, key_padding_mask, extra_bias=band)
             return self._weighted_sum(weights, v), None
         res = local_attention(q, k, v, self.window, key_padding_mask, dropout_p=self.dropout,
                               training=self.training, return_weights=need_weights)
