@@ -231,6 +231,7 @@ class CorpusParams:
     sentence_pause_seconds: list[float] = field(default_factory=lambda: [0.1, 0.4])  # pauses inside a segment
     rate_jitter: int = 0  # per-sentence speaking-rate variation, +- words per minute
     word_gap: list[int] = field(default_factory=lambda: [0, 0])  # [lo, hi] eSpeak word gap, x 10 ms
+    reverb_rt60: list[float] = field(default_factory=lambda: [0.0, 0.0])  # [lo, hi] s per talk; [0, 0]: dry
 
     def validate(self, prefix: str) -> None:
         for split, n in self.splits.items():
@@ -258,6 +259,10 @@ class CorpusParams:
         wg = self.word_gap
         if len(wg) != 2 or not 0 <= wg[0] <= wg[1] <= 50:
             raise ParamError(f"{prefix}.word_gap: expected [lo, hi] with 0 <= lo <= hi <= 50 (x 10 ms), got {wg}")
+        rv = self.reverb_rt60
+        if len(rv) != 2 or not 0 <= rv[0] <= rv[1] <= 3.0 or (rv[1] > 0 and rv[0] <= 0):
+            raise ParamError(f"{prefix}.reverb_rt60: expected [lo, hi] seconds with 0 < lo <= hi <= 3, "
+                             f"or [0, 0] (dry speech), got {rv}")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ defaults, one `dvc exp run` per row, on en-de.
     python scripts/locality_study.py --rows A B      # some rows
     python scripts/locality_study.py --list          # the rows and their commands
     python scripts/locality_study.py --table         # only re-print the table from the saved results
+    python scripts/locality_study.py --record W noise03 --minutes 13.9 --note "..."   # a row measured
+        # as a DVC experiment (`dvc exp run -n noise03 ...`): its figures read from the experiment's commit
 
 Each row is ``dvc exp run -n study-<row> -S 'pairs=[en-de]' -S 'seeds=[1]' -S <change> ... <target>``
 run in this workspace, from the committed params.yaml (the workspace's params.yaml is restored after
@@ -101,6 +103,10 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "train_asr.ctc_decay_from": "1200"}, "asr"),
     ("V", "R with kernel-3 subsampler convolutions (receptive field 7 frames, ≈ 95 ms, instead of 13, ≈ 145 ms)",
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "+model.overrides.conv_kernel": "3"}, "asr"),
+    ("W", "R with heavier background noise (corpus.noise_level 0.03: ≈ 9 dB signal-to-noise instead of ≈ 24)",
+     {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "corpus.noise_level": "0.03"}, "asr"),
+    ("X", "R with reverberation (every talk in a synthetic room, RT60 0.4-0.9 s, direct-to-reverberant 0 dB)",
+     {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "corpus.reverb_rt60": "[0.4,0.9]"}, "asr"),
 ]
 
 
@@ -119,16 +125,35 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def collect(kind: str) -> dict:
-    """The row's figures from the workspace right after its run."""
-    health = _read(ROOT / "metrics" / "health" / "en-de" / f"{kind}.json")
+def experiment_reader(name: str):
+    """A reader of files at the commit of DVC experiment ``name`` (``refs/exps/.../<name>``); exits
+    naming the known experiments when none or several match."""
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.split()
+    hits = [r for r in refs if r.rsplit("/", 1)[-1] == name]
+    if len(hits) != 1:
+        sys.exit(f"error: {len(hits)} DVC experiments named {name!r}; known: "
+                 f"{sorted({r.rsplit('/', 1)[-1] for r in refs})}")
+
+    def read(path: Path) -> dict:
+        shown = subprocess.run(["git", "show", f"{hits[0]}:{path.relative_to(ROOT).as_posix()}"], cwd=ROOT,
+                               capture_output=True, text=True)
+        return json.loads(shown.stdout) if shown.returncode == 0 else {}
+    return read
+
+
+def collect(kind: str, read=None) -> dict:
+    """The row's figures from the workspace right after its run (or through ``read``, e.g. from an
+    experiment's commit: :func:`experiment_reader`)."""
+    _read_ = read or _read
+    health = _read_(ROOT / "metrics" / "health" / "en-de" / f"{kind}.json")
     out = {"summary": health.get("summary", {}), "windows": health.get("algorithm1_windows"),
            "band_test": {k: v["acc"] for k, v in health.get("band_test", {}).items()}}
     if kind == "asr":
-        out["wer"] = _read(ROOT / "metrics" / "asr_shared.json").get("wer")
+        out["wer"] = _read_(ROOT / "metrics" / "asr_shared.json").get("wer")
     else:
-        out["bleu"] = _read(ROOT / "metrics" / "baseline" / "en-de" / "seed1.json").get("bleu")
-        out["local_bleu"] = _read(ROOT / "metrics" / "local" / "en-de" / "seed1.json").get("bleu")
+        out["bleu"] = _read_(ROOT / "metrics" / "baseline" / "en-de" / "seed1.json").get("bleu")
+        out["local_bleu"] = _read_(ROOT / "metrics" / "local" / "en-de" / "seed1.json").get("bleu")
     return out
 
 
@@ -159,7 +184,29 @@ def main() -> None:
     ap.add_argument("--rows", nargs="*", help="row names (default: all)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--record", nargs=2, metavar=("ROW", "EXPERIMENT"),
+                    help="store a row measured as a DVC experiment, read from the experiment's commit")
+    ap.add_argument("--minutes", type=float, help="with --record: the experiment's wall minutes")
+    ap.add_argument("--note", default="", help="with --record: the command and where it ran, stored with the row")
     args = ap.parse_args()
+    if args.record:
+        row, exp = args.record
+        by_name = {r[0]: r for r in ROWS}
+        if row not in by_name:
+            sys.exit(f"error: unknown row {row!r}; known: {list(by_name)}")
+        if args.minutes is None:
+            sys.exit("error: --record needs --minutes (the experiment's wall time)")
+        kind = by_name[row][3]
+        got = collect(kind, experiment_reader(exp))
+        if not got["summary"]:
+            sys.exit(f"error: experiment {exp!r} has no metrics/health/en-de/{kind}.json")
+        results = _read(OUT_JSON)
+        results[row] = {**got, "minutes": round(args.minutes, 1), "command": args.note or f"dvc exp run -n {exp}"}
+        OUT_JSON.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        md = table(results)
+        OUT_MD.write_text("# Locality study (scripts/locality_study.py)\n\n" + md, encoding="utf-8")
+        print(md)
+        return
     known = [r[0] for r in ROWS]
     wanted = args.rows or known
     unknown = sorted(set(wanted) - set(known))

@@ -27,7 +27,7 @@ def main() -> None:
                              c.n_speakers, c.pause_seconds, c.noise_level, workers=c.workers,
                              progress=True, sentences_per_segment=c.sentences_per_segment,
                              sentence_pause_seconds=c.sentence_pause_seconds, rate_jitter=c.rate_jitter,
-                             word_gap=c.word_gap)
+                             word_gap=c.word_gap, reverb_rt60=c.reverb_rt60)
     except (ValueError, WorkerDied) as e:
         sys.exit(f"error: {e}")
     print(json.dumps(summary))

@@ -13,7 +13,11 @@ sentence, or (``sentences_per_segment = [lo, hi]``) ``lo..hi`` consecutive sente
 short pauses (``sentence_pause_seconds``), like MuST-C's multi-sentence segments; its yaml entry
 spans them all and its text lines join them with a space. Per sentence, the speaker's rate can
 vary by ``± rate_jitter`` words per minute and eSpeak inserts ``word_gap = [lo, hi]`` x 10 ms
-between words (drawn per sentence): demo-only sources of acoustic variability. Talk numbers run on
+between words (drawn per sentence): demo-only sources of acoustic variability. With
+``reverb_rt60 = [lo, hi]`` (seconds, ``hi > 0``) each talk is given a room: its speech is convolved
+with a synthetic impulse response (:func:`room_impulse_response`) whose reverberation time is
+drawn per talk, before the background noise is added, so every frame also holds the decaying
+tails of the sounds before it. Talk numbers run on
 across splits (no talk is in two splits). English sentences are unique within a pair, so no
 dev/test sentence was seen in training.
 
@@ -73,6 +77,7 @@ class TalkPlan:
     segments: tuple[SegmentPlan, ...]
     pauses: tuple[float, ...]  # seconds of silence before each segment, plus one trailing pause
     noise_seed: int
+    rt60: float = 0.0  # the talk's room: reverberation time in seconds (0: dry speech)
 
 
 def pair_seed(seed: int, pair: str) -> int:
@@ -102,7 +107,7 @@ def _sentence_voice(base: Voice, rng: random.Random, rate_jitter: int, word_gap:
 def plan_pair(pair: str, splits: dict[str, int], seed: int, segments_per_talk: int, n_speakers: int,
               pause_seconds: Sequence[float], sentences_per_segment: Sequence[int] = (1, 1),
               sentence_pause_seconds: Sequence[float] = (0.1, 0.4), rate_jitter: int = 0,
-              word_gap: Sequence[int] = (0, 0)) -> list[TalkPlan]:
+              word_gap: Sequence[int] = (0, 0), reverb_rt60: Sequence[float] = (0.0, 0.0)) -> list[TalkPlan]:
     """Decide every talk of one pair (text, speaker, pauses) before any audio is made."""
     lang = pair.split("-")[1]
     rng = random.Random(pair_seed(seed, pair))
@@ -145,12 +150,50 @@ def plan_pair(pair: str, splits: dict[str, int], seed: int, segments_per_talk: i
                 voices=tuple(_sentence_voice(speaker.voice, rng, rate_jitter, word_gap) for _ in group),
                 inner_pauses=tuple(round(rng.uniform(*sentence_pause_seconds), 3) for _ in group[1:]),
             ) for group in chunk)
+            noise_seed = rng.randrange(2**31)
+            # the room comes from its own stream of the talk's seed: the plan's other draws (text,
+            # speakers, pauses, noise) are the same with or without reverberation
+            rt60 = round(float(np.random.default_rng([noise_seed, 2]).uniform(*reverb_rt60)), 3) \
+                if reverb_rt60[1] > 0 else 0.0
             plans.append(TalkPlan(split=split, talk_number=talk_number, speaker=speaker,
-                                  segments=segments, pauses=pauses, noise_seed=rng.randrange(2**31)))
+                                  segments=segments, pauses=pauses, noise_seed=noise_seed, rt60=rt60))
     return plans
 
 
 _SYNTH: Synthesizer | None = None
+
+#: Direct-to-reverberant energy ratio of the synthetic rooms (dB): the reverberant tail carries as
+#: much energy as the direct sound, a distant microphone in a lecture room.
+DIRECT_TO_REVERB_DB = 0.0
+
+
+def room_impulse_response(rt60: float, sample_rate: int, rng: np.random.Generator,
+                          direct_to_reverb_db: float = DIRECT_TO_REVERB_DB) -> np.ndarray:
+    """A synthetic room impulse response: a unit direct path followed by exponentially decaying
+    Gaussian noise (the statistical model of a diffuse late reverberation: the amplitude envelope
+    falls by 60 dB over ``rt60`` seconds, ``exp(-3 ln(10) t / rt60)``), scaled so that the tail
+    holds ``direct_to_reverb_db`` dB less energy than the direct path. Length: ``rt60`` seconds."""
+    if rt60 <= 0:
+        raise ValueError(f"rt60 must be > 0 seconds, got {rt60}")
+    n = max(2, int(round(rt60 * sample_rate)))
+    t = np.arange(n) / sample_rate
+    tail = rng.standard_normal(n) * np.exp(-3.0 * np.log(10.0) * t / rt60)
+    tail[0] = 0.0
+    tail *= np.sqrt(10.0 ** (-direct_to_reverb_db / 10.0) / np.sum(tail ** 2))
+    tail[0] = 1.0
+    return tail
+
+
+def reverberate(wave: np.ndarray, rir: np.ndarray) -> np.ndarray:
+    """``wave`` convolved with ``rir`` (FFT, truncated to ``len(wave)``: the tail after the talk's
+    last sample is dropped) and rescaled to the dry signal's rms, so the level, and with it the
+    background noise's signal-to-noise ratio, stays that of the dry talk."""
+    n = len(wave) + len(rir) - 1
+    size = 1 << (n - 1).bit_length()
+    wet = np.fft.irfft(np.fft.rfft(wave, size) * np.fft.rfft(rir, size), size)[:len(wave)]
+    dry_rms = float(np.sqrt(np.mean(np.square(wave, dtype=np.float64))))
+    wet_rms = float(np.sqrt(np.mean(np.square(wet))))
+    return (wet * (dry_rms / wet_rms if wet_rms > 0 else 1.0)).astype(np.float32)
 
 
 def _render_talk(plan: TalkPlan, noise_level: float) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -175,6 +218,9 @@ def _render_talk(plan: TalkPlan, noise_level: float) -> tuple[np.ndarray, list[t
         pos += len(speech)
     pieces.append(np.zeros(int(round(plan.pauses[-1] * SAMPLE_RATE)), dtype=np.float32))
     wave = np.concatenate(pieces)
+    if plan.rt60 > 0:  # its own stream of the talk's seed: the noise below is the same with or without
+        rir = room_impulse_response(plan.rt60, SAMPLE_RATE, np.random.default_rng([plan.noise_seed, 1]))
+        wave = reverberate(wave, rir)
     if noise_level > 0:
         wave = wave + noise_level * np.random.default_rng(plan.noise_seed).standard_normal(len(wave)).astype(np.float32)
     pcm = np.clip(np.round(wave * 32767.0), -32768, 32767).astype(np.int16)
@@ -206,7 +252,7 @@ def write_pair(out_dir: Path, pair: str, splits: dict[str, int], seed: int, segm
                n_speakers: int, pause_seconds: Sequence[float], noise_level: float, workers: int = 1,
                progress: bool = True, sentences_per_segment: Sequence[int] = (1, 1),
                sentence_pause_seconds: Sequence[float] = (0.1, 0.4), rate_jitter: int = 0,
-               word_gap: Sequence[int] = (0, 0)) -> dict:
+               word_gap: Sequence[int] = (0, 0), reverb_rt60: Sequence[float] = (0.0, 0.0)) -> dict:
     """Write ``<out_dir>/<pair>`` atomically; return a small summary (counts, hours)."""
     lang = pair.split("-")[1]
     if lang not in grammar.LANGUAGES:
@@ -214,7 +260,7 @@ def write_pair(out_dir: Path, pair: str, splits: dict[str, int], seed: int, segm
                          f"available: {', '.join('en-' + x for x in grammar.LANGUAGES)}")
     plans = plan_pair(pair, splits, seed, segments_per_talk, n_speakers, pause_seconds,
                       sentences_per_segment=sentences_per_segment, sentence_pause_seconds=sentence_pause_seconds,
-                      rate_jitter=rate_jitter, word_gap=word_gap)
+                      rate_jitter=rate_jitter, word_gap=word_gap, reverb_rt60=reverb_rt60)
     summary: dict = {"pair": pair, "splits": {}}
     with atomic_dir(Path(out_dir) / pair) as tmp:
         yaml_lines: dict[str, list[str]] = {s: [] for s in splits}

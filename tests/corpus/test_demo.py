@@ -118,3 +118,52 @@ def test_killed_worker_fails_fast(tmp_path: Path, monkeypatch) -> None:
     msg = str(e.value)
     assert "SIGKILL" in msg and "corpus.workers" in msg and "pid" in msg, msg
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_room_impulse_response_decay_and_energy() -> None:
+    from lib.corpus.demo import room_impulse_response
+
+    rir = room_impulse_response(0.5, SAMPLE_RATE, np.random.default_rng(0), direct_to_reverb_db=0.0)
+    assert len(rir) == SAMPLE_RATE // 2 and rir[0] == 1.0
+    assert np.sum(rir[1:] ** 2) == __import__("pytest").approx(1.0)  # 0 dB: tail energy = direct energy
+    # the envelope falls by 60 dB over rt60: the last tenth holds far less energy than the first
+    tenth = len(rir) // 10
+    first, last = np.sum(rir[1:tenth] ** 2), np.sum(rir[-tenth:] ** 2)
+    assert 1e-6 < last / first < 1e-4  # exp(-6 ln 10 * 0.9) ≈ 4e-6 .. edge effects
+    rir6 = room_impulse_response(0.5, SAMPLE_RATE, np.random.default_rng(0), direct_to_reverb_db=6.0)
+    assert np.sum(rir6[1:] ** 2) == __import__("pytest").approx(10 ** -0.6)
+    with __import__("pytest").raises(ValueError, match="rt60"):
+        room_impulse_response(0.0, SAMPLE_RATE, np.random.default_rng(0))
+
+
+def test_reverberate_smears_an_impulse_and_keeps_the_level() -> None:
+    from lib.corpus.demo import reverberate
+
+    wave = np.zeros(1000, dtype=np.float32)
+    wave[100] = 1.0
+    rir = np.array([1.0, 0.5, 0.25], dtype=np.float64)
+    wet = reverberate(wave, rir)
+    assert wet.dtype == np.float32 and len(wet) == len(wave)
+    scale = 1.0 / np.sqrt(1.0 + 0.25 + 0.0625)  # rescaled to the dry rms
+    np.testing.assert_allclose(wet[100:103], np.array([1.0, 0.5, 0.25]) * scale, atol=1e-6)
+    assert np.abs(wet[:100]).max() < 1e-6 and np.abs(wet[103:]).max() < 1e-6  # causal, nothing else
+
+
+def test_reverb_rooms_are_drawn_per_talk_and_change_only_the_audio(tmp_path: Path) -> None:
+    dry = plan_pair("en-de", **KW)
+    wet = plan_pair("en-de", **KW, reverb_rt60=[0.3, 0.8])
+    assert all(p.rt60 == 0.0 for p in dry)
+    assert all(0.3 <= p.rt60 <= 0.8 for p in wet) and len({p.rt60 for p in wet}) > 1
+    # same text, speakers, pauses and noise seeds: only the rooms differ
+    assert [(p.segments, p.pauses, p.noise_seed, p.speaker) for p in dry] == \
+        [(p.segments, p.pauses, p.noise_seed, p.speaker) for p in wet]
+    kw = {**KW, "splits": {"train": 2, "dev": 1, "tst-COMMON": 1}}
+    write_pair(tmp_path / "dry", "en-de", noise_level=0.0, progress=False, **kw)
+    write_pair(tmp_path / "wet", "en-de", noise_level=0.0, progress=False, reverb_rt60=[0.5, 0.5], **kw)
+    d, sr = sf.read(tmp_path / "dry/en-de/data/train/wav/ted_1.wav")
+    w, _ = sf.read(tmp_path / "wet/en-de/data/train/wav/ted_1.wav")
+    assert len(d) == len(w) and not np.array_equal(d, w)
+    assert abs(np.sqrt(np.mean(w ** 2)) / np.sqrt(np.mean(d ** 2)) - 1) < 0.01  # the level is kept
+    for name in ("train.yaml", "train.en", "train.de"):  # segmentation and text untouched
+        assert (tmp_path / "dry/en-de/data/train/txt" / name).read_bytes() == \
+            (tmp_path / "wet/en-de/data/train/txt" / name).read_bytes()
