@@ -167,6 +167,11 @@ class TrainConfig:
     # layers, final LayerNorm, CTC projection) step with lr x this factor; 1.0 = one lr for all.
     # For ST fine-tuning of a pretrained encoder on a short schedule (lib.train.loop.make_optimizer).
     encoder_lr_scale: float = 1.0
+    # A demo option (discriminative / layer-wise lr decay, as in ULMFiT or BEiT fine-tuning): encoder
+    # layer l of L steps with encoder_lr_scale x this ** (L - l), so the top layer keeps
+    # encoder_lr_scale and each layer below gets this factor less; the subsampler gets ** L, the final
+    # LayerNorm and CTC projection the top layer's. 1.0 = the whole encoder at encoder_lr_scale.
+    encoder_layer_lr_decay: float = 1.0
     specaugment: bool = True
     # ST only, a demo option (not in the paper): also initialise the decoder's layers (not its
     # embeddings / output projection) from the ASR model, whose decoder already aligns with the encoder.
@@ -208,6 +213,8 @@ class TrainConfig:
             raise ValueError(f"{prefix}.specaug_time_p must be in (0, 1], got {self.specaug_time_p}")
         if not 0.0 < self.encoder_lr_scale <= 1.0:
             raise ValueError(f"{prefix}.encoder_lr_scale must be in (0, 1], got {self.encoder_lr_scale}")
+        if not 0.0 < self.encoder_layer_lr_decay <= 1.0:
+            raise ValueError(f"{prefix}.encoder_layer_lr_decay must be in (0, 1], got {self.encoder_layer_lr_decay}")
         if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:
             raise ValueError(f"{prefix}: lr and clip_norm must be > 0, label_smoothing in [0, 1), ctc_weight >= 0")
         if self.ctc_decay_from and not (self.ctc_weight > 0 and 0 < self.ctc_decay_from < self.max_updates):

@@ -187,7 +187,7 @@ class Resume:
 
 #: Training keys added after runs were fingerprinted, with the value that changes nothing: left out of
 #: the fingerprint at that value, so checkpoints (and fork states) of earlier runs keep matching.
-_NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0, "ctc_decay_from": 0}
+_NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0, "ctc_decay_from": 0, "encoder_layer_lr_decay": 1.0}
 
 
 def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -338,6 +338,29 @@ def _keep_best(metrics: dict[str, float], st: RunState, model: nn.Module, cfg: T
 OPTIMIZER = "adam_fused"  # recorded in run_config: a change of optimizer implementation never resumes
 
 
+def encoder_lr_scales(model: nn.Module, cfg: TrainConfig) -> dict[int, float]:
+    """``id(parameter) -> lr_scale`` for every parameter of ``model.encoder``: ``cfg.encoder_lr_scale``
+    times ``cfg.encoder_layer_lr_decay ** (L - l)`` for encoder layer l of L (1-based), the top layer's
+    scale for the encoder's final LayerNorm and CTC projection, ``** L`` for everything else (the
+    subsampler and its LayerNorm). ValueError when the model has no encoder."""
+    encoder = getattr(model, "encoder", None)
+    if encoder is None:
+        raise ValueError(f"encoder_lr_scale = {cfg.encoder_lr_scale}, encoder_layer_lr_decay = "
+                         f"{cfg.encoder_layer_lr_decay}: {type(model).__name__} has no encoder")
+    top, decay = cfg.encoder_lr_scale, cfg.encoder_layer_lr_decay
+    layers = list(getattr(encoder, "layers", []))
+    scales = {id(p): top * decay ** len(layers) for p in encoder.parameters()}
+    for i, layer in enumerate(layers):
+        for p in layer.parameters():
+            scales[id(p)] = top * decay ** (len(layers) - 1 - i)
+    for name in ("layer_norm", "ctc_proj"):
+        module = getattr(encoder, name, None)
+        if module is not None:
+            for p in module.parameters():
+                scales[id(p)] = top
+    return scales
+
+
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """Adam with fairseq's betas / weight decay; the fused kernel (one pass over each parameter
     instead of ~10 elementwise ops) on CPU and CUDA: 4-5 % of a demo training step on 2 CPU cores
@@ -345,10 +368,18 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 
     ``cfg.encoder_lr_scale`` < 1 puts ``model.encoder``'s parameters in a group of their own whose
     ``lr_scale`` the training loop multiplies into every update's lr (the rest keep 1.0). At 1.0
-    there is one group, exactly the optimizer of before the option existed."""
+    there is one group, exactly the optimizer of before the option existed. With
+    ``cfg.encoder_layer_lr_decay`` < 1 every distinct scale of :func:`encoder_lr_scales` gets a group
+    (in the order the parameters first appear), the rest of the model one group at 1.0."""
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in model.parameters())
     params: Any = model.parameters()
-    if cfg.encoder_lr_scale != 1.0:
+    if cfg.encoder_layer_lr_decay != 1.0:
+        scales = encoder_lr_scales(model, cfg)
+        groups: dict[float, list[nn.Parameter]] = {}
+        for p in model.parameters():
+            groups.setdefault(scales.get(id(p), 1.0), []).append(p)
+        params = [{"params": ps, "lr_scale": scale} for scale, ps in groups.items()]
+    elif cfg.encoder_lr_scale != 1.0:
         encoder = getattr(model, "encoder", None)
         if encoder is None:
             raise ValueError(f"encoder_lr_scale = {cfg.encoder_lr_scale}: {type(model).__name__} has no encoder")

@@ -457,3 +457,76 @@ def test_ctc_decay_sets_the_criterion_weight_before_every_update(prepared: Path,
     assert state_differs(m1.state_dict(), m3.state_dict())
     assert "ctc_decay_from" not in train_config_dict(TrainConfig(ctc_weight=0.3))
     assert train_config_dict(TrainConfig(ctc_weight=0.3, ctc_decay_from=4))["ctc_decay_from"] == 4
+
+
+# ----------------------------------------------------------------------------- encoder_layer_lr_decay
+
+
+def test_encoder_lr_scales_by_hand() -> None:
+    """Tiny model: 2 encoder layers. Top layer (and final LayerNorm, CTC head) at encoder_lr_scale,
+    layer 1 one decay factor less, the subsampler two."""
+    from lib.model.s2t_transformer import S2TTransformer, model_config
+    from lib.params import TrainConfig
+    from lib.train.loop import encoder_lr_scales
+
+    torch.manual_seed(0)
+    model = S2TTransformer(model_config("tiny", vocab_size=20, ctc_vocab_size=12))
+    scales = encoder_lr_scales(model, TrainConfig(encoder_lr_scale=0.8, encoder_layer_lr_decay=0.5))
+    enc = model.encoder
+    assert set(scales) == {id(p) for p in enc.parameters()}
+    for p in enc.layers[1].parameters():
+        assert scales[id(p)] == pytest.approx(0.8)
+    for p in enc.layers[0].parameters():
+        assert scales[id(p)] == pytest.approx(0.4)
+    for p in list(enc.layer_norm.parameters()) + list(enc.ctc_proj.parameters()):
+        assert scales[id(p)] == pytest.approx(0.8)
+    for p in enc.subsample.parameters():
+        assert scales[id(p)] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="has no encoder"):
+        encoder_lr_scales(torch.nn.Linear(2, 2), TrainConfig(encoder_layer_lr_decay=0.5))
+
+
+def test_encoder_layer_lr_decay_groups_and_steps() -> None:
+    """One group per distinct scale (the decoder's at 1.0), partitioning the parameters; one Adam step
+    moves each encoder parameter by its scale times what it moves with one lr."""
+    from lib.params import TrainConfig
+    from lib.train.loop import encoder_lr_scales, make_optimizer, train_config_dict
+
+    cfg = TrainConfig(lr=1e-2, encoder_lr_scale=1.0, encoder_layer_lr_decay=0.5)
+    assert train_config_dict(cfg)["encoder_layer_lr_decay"] == 0.5
+    assert "encoder_layer_lr_decay" not in train_config_dict(TrainConfig())  # neutral: old fingerprints hold
+    moved = {}
+    for c in (TrainConfig(lr=1e-2), cfg):
+        model = _tiny_s2t()
+        opt = make_optimizer(model, c)
+        if c is cfg:
+            assert sorted(g["lr_scale"] for g in opt.param_groups) == [0.25, 0.5, 1.0]
+            assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
+            scales = encoder_lr_scales(model, c)
+            name_scale = {n: scales.get(id(p), 1.0) for n, p in model.named_parameters()}
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        torch.manual_seed(1)
+        model(torch.randn(2, 40, model.cfg.n_mels), torch.tensor([40, 33]),
+              torch.randint(4, 20, (2, 5))).float().square().mean().backward()
+        for g in opt.param_groups:
+            g["lr"] = 1e-2 * g.get("lr_scale", 1.0)
+        opt.step()
+        moved[c is cfg] = {n: (p.detach() - before[n]) for n, p in model.named_parameters()}
+    assert name_scale["encoder.layers.1.fc1.weight"] == 1.0 and name_scale["encoder.layers.0.fc1.weight"] == 0.5
+    assert name_scale["decoder.layers.0.fc1.weight"] == 1.0
+    checked = 0
+    for name, delta in moved[False].items():
+        if delta.abs().max() < 1e-6:
+            continue
+        factor = name_scale[name]
+        torch.testing.assert_close(moved[True][name], factor * delta, rtol=1e-4, atol=1e-7)
+        checked += 1
+    assert checked > 10
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, 1.5])
+def test_encoder_layer_lr_decay_out_of_range_is_named(bad: float) -> None:
+    from lib.params import TrainConfig
+
+    with pytest.raises(ValueError, match=r"train_st\.encoder_layer_lr_decay"):
+        TrainConfig(encoder_layer_lr_decay=bad).validate("train_st")
