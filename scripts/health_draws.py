@@ -10,12 +10,15 @@ path to a health metrics file. Printed per draw: the layers' windows (k+1..L, as
 metrics), how many are >= 3, Spearman's rho with depth, and the means of C_ii and of the ±2 band
 mass over uniform; then per layer over the draws: the mean and median window, the share of draws
 with w >= 3, the mean band mass, C_ii and ‖attention output‖ / ‖x‖ (``attn_ratio``), and the depth
-rho of the mean window profile, of the mean band profile and of the mean C_ii.
+rho of the mean window profile, of the mean band profile and of the mean C_ii. Per draw also the
+Spearman rho, across layers, of the windows with ``attn_ratio``: whether a layer's window follows
+how much its attention adds to the residual stream ("–" for health metrics without ``attn_ratio``).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -82,7 +85,9 @@ def summarize_draws(draws: dict[str, dict]) -> dict:
         ratio = [float(h["layers"][k].get("attn_ratio", "nan")) for k in keys]
         depth = list(range(len(w)))
         per_draw[name] = {"windows": w, "ge3": sum(x >= 3 for x in w), "rho": spearman(depth, w),
-                          "c_ii_mean": statistics.fmean(cii), "band2_mean": statistics.fmean(band)}
+                          "c_ii_mean": statistics.fmean(cii), "band2_mean": statistics.fmean(band),
+                          # do the windows follow how much each layer's attention adds to the residual?
+                          "rho_attn": math.nan if any(math.isnan(r) for r in ratio) else spearman(ratio, w)}
         profiles.append(w)
         bands.append(band)
         ciis.append(cii)
@@ -108,24 +113,30 @@ def summarize_draws(draws: dict[str, dict]) -> dict:
     }
 
 
-def markdown(s: dict) -> str:
+def markdown(s: dict, per_draw_only: bool = False) -> str:
+    """The table; ``per_draw_only``: only the draws' rows (for models of different settings, whose
+    means and medians mean nothing)."""
     layers = s["layers"]
-    head = "| draw | " + " | ".join(f"L{i}" for i in layers) + " | w ≥ 3 | ρ with depth | C_ii | ±2 mass / uniform |"
-    lines = [head, "|" + "---|" * (len(layers) + 5)]
+    head = ("| draw | " + " | ".join(f"L{i}" for i in layers)
+            + " | w ≥ 3 | ρ with depth | C_ii | ±2 mass / uniform | ρ with ‖attention output‖ / ‖x‖ |")
+    lines = [head, "|" + "---|" * (len(layers) + 6)]
     for name, d in s["draws"].items():
         lines.append(f"| {name} | " + " | ".join(str(x) for x in d["windows"])
-                     + f" | {d['ge3']} | {d['rho']:+.2f} | {d['c_ii_mean']:.3f} | {d['band2_mean']:.2f} |")
+                     + f" | {d['ge3']} | {d['rho']:+.2f} | {d['c_ii_mean']:.3f} | {d['band2_mean']:.2f} | "
+                     + ("–" if math.isnan(d["rho_attn"]) else f"{d['rho_attn']:+.2f}") + " |")
+    if per_draw_only:
+        return "\n".join(lines) + "\n"
     n = len(s["draws"])
     lines.append(f"| mean window ({n} draws) | " + " | ".join(f"{x:.1f}" for x in s["mean_window"])
-                 + f" | | {s['rho_mean_window']:+.2f} (of the mean profile) | | |")
-    lines.append("| median window | " + " | ".join(f"{x:g}" for x in s["median_window"]) + " | | | | |")
-    lines.append("| share of draws with w ≥ 3 | " + " | ".join(f"{x:.0%}" for x in s["share_ge3"]) + " | | | | |")
+                 + f" | | {s['rho_mean_window']:+.2f} (of the mean profile) | | | |")
+    lines.append("| median window | " + " | ".join(f"{x:g}" for x in s["median_window"]) + " | | | | | |")
+    lines.append("| share of draws with w ≥ 3 | " + " | ".join(f"{x:.0%}" for x in s["share_ge3"]) + " | | | | | |")
     lines.append("| mean ±2 mass / uniform | " + " | ".join(f"{x:.2f}" for x in s["mean_band2"])
-                 + f" | | {s['rho_mean_band2']:+.2f} (of the mean band) | | |")
+                 + f" | | {s['rho_mean_band2']:+.2f} (of the mean band) | | | |")
     lines.append("| mean C_ii | " + " | ".join(f"{x:.3f}" for x in s["mean_c_ii"])
-                 + f" | | {s['rho_mean_c_ii']:+.2f} (of the mean C_ii) | | |")
+                 + f" | | {s['rho_mean_c_ii']:+.2f} (of the mean C_ii) | | | |")
     lines.append("| mean ‖attention output‖ / ‖x‖ | " + " | ".join(f"{x:.3f}" for x in s["mean_attn_ratio"])
-                 + " | | | | |")
+                 + " | | | | | |")
     return "\n".join(lines) + (f"\n\nMean of the per-draw ρ: {s['rho_per_draw_mean']:+.2f}.\n")
 
 
@@ -136,13 +147,15 @@ def main() -> None:
     ap.add_argument("--model", default="asr", choices=["asr", "st"])
     ap.add_argument("--pair", default="en-de")
     ap.add_argument("--md", type=Path, help="also write the table here")
+    ap.add_argument("--per-draw-only", action="store_true",
+                    help="only the draws' rows: models of different settings side by side, no means")
     args = ap.parse_args()
     draws = {}
     for arg in args.draws:
         label, _, source = arg.rpartition("=")
         draws[label or source] = load_draw(source, args.model, args.pair)
     try:
-        md = markdown(summarize_draws(draws))
+        md = markdown(summarize_draws(draws), per_draw_only=args.per_draw_only)
     except (KeyError, ValueError) as e:
         sys.exit(f"error: {e}")
     if args.md:

@@ -107,6 +107,16 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "corpus.noise_level": "0.03"}, "asr"),
     ("X", "R with reverberation (every talk in a synthetic room, RT60 0.4-0.9 s, direct-to-reverberant 0 dB)",
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "corpus.reverb_rt60": "[0.4,0.9]"}, "asr"),
+    ("Y", "R with twice the data and twice the updates (3000 training segments, 4800 ASR updates)",
+     {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "corpus.splits.train": "3000", "train_asr.max_updates": "4800"},
+     "asr"),
+    ("Z", "ST from R's model (today's ST: 270 updates) with layer-wise lr decay: the encoder's top layer at the full "
+          "ST lr, each layer below x 0.864 (layer 1 ≈ 0.2 x lr)",
+     {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "train_st.init_decoder": "true", "train_st.lr": "1.5e-3",
+      "train_st.max_frames": "3000", "train_st.max_updates": "270", "train_st.encoder_lr_scale": "1.0",
+      "train_st.encoder_layer_lr_decay": "0.864"}, "st"),
+    ("AA", "R with a third of the auxiliary CTC weight (train_asr.ctc_weight 0.1 instead of 0.3)",
+     {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "train_asr.ctc_weight": "0.1"}, "asr"),
 ]
 
 
@@ -126,17 +136,14 @@ def _read(path: Path) -> dict:
 
 
 def experiment_reader(name: str):
-    """A reader of files at the commit of DVC experiment ``name`` (``refs/exps/.../<name>``); exits
-    naming the known experiments when none or several match."""
-    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout.split()
-    hits = [r for r in refs if r.rsplit("/", 1)[-1] == name]
-    if len(hits) != 1:
-        sys.exit(f"error: {len(hits)} DVC experiments named {name!r}; known: "
-                 f"{sorted({r.rsplit('/', 1)[-1] for r in refs})}")
+    """A reader of files at the commit of DVC experiment ``name`` (``refs/exps/.../<name>``; exits
+    naming the known experiments when none or several match, :func:`health_draws.experiment_ref`)."""
+    from health_draws import experiment_ref  # scripts/ (this script's folder is on sys.path)
+
+    ref = experiment_ref(name)
 
     def read(path: Path) -> dict:
-        shown = subprocess.run(["git", "show", f"{hits[0]}:{path.relative_to(ROOT).as_posix()}"], cwd=ROOT,
+        shown = subprocess.run(["git", "show", f"{ref}:{path.relative_to(ROOT).as_posix()}"], cwd=ROOT,
                                capture_output=True, text=True)
         return json.loads(shown.stdout) if shown.returncode == 0 else {}
     return read
@@ -188,6 +195,9 @@ def main() -> None:
                     help="store a row measured as a DVC experiment, read from the experiment's commit")
     ap.add_argument("--minutes", type=float, help="with --record: the experiment's wall minutes")
     ap.add_argument("--note", default="", help="with --record: the command and where it ran, stored with the row")
+    ap.add_argument("--baseline-only", action="store_true",
+                    help="with --record of an ST row: the experiment did not retrain the local model (its "
+                         "metrics/local files are the baseline commit's), so no local BLEU is recorded")
     args = ap.parse_args()
     if args.record:
         row, exp = args.record
@@ -198,6 +208,8 @@ def main() -> None:
             sys.exit("error: --record needs --minutes (the experiment's wall time)")
         kind = by_name[row][3]
         got = collect(kind, experiment_reader(exp))
+        if args.baseline_only:
+            got["local_bleu"] = None
         if not got["summary"]:
             sys.exit(f"error: experiment {exp!r} has no metrics/health/en-de/{kind}.json")
         results = _read(OUT_JSON)

@@ -26,7 +26,10 @@ def test_summarize_draws_by_hand() -> None:
     s = health_draws.summarize_draws(draws)
     assert s["layers"] == [3, 4, 5]
     assert s["draws"]["a"] == {"windows": [1, 3, 5], "ge3": 2, "rho": pytest.approx(1.0),
-                               "c_ii_mean": pytest.approx(0.7), "band2_mean": pytest.approx(3.0)}
+                               "c_ii_mean": pytest.approx(0.7), "band2_mean": pytest.approx(3.0),
+                               "rho_attn": pytest.approx(1.0)}  # attn_ratio 0.2 0.3 0.4 against 1 3 5
+    # b: windows 3 3 1 (ranks 2.5 2.5 1) against attn_ratio 0.4 0.3 0.2 (ranks 3 2 1)
+    assert s["draws"]["b"]["rho_attn"] == pytest.approx(0.8660254)
     assert s["draws"]["b"]["rho"] == pytest.approx(-0.8660254)  # ranks 2.5 2.5 1 against 1 2 3
     assert s["mean_window"] == [2.0, 3.0, 3.0]
     assert s["median_window"] == [2.0, 3.0, 3.0]
@@ -64,3 +67,21 @@ def test_unknown_experiment_is_named(monkeypatch) -> None:
     monkeypatch.setattr(health_draws.subprocess, "run", lambda *a, **k: type("R", (), {"stdout": "refs/exps/ab/cd/other\n"})())
     with pytest.raises(SystemExit, match="0 DVC experiments named 'nope'.*known: \\['other'\\]"):
         health_draws.experiment_ref("nope")
+
+
+def test_draws_without_attn_ratio_print_a_dash() -> None:
+    h = _health([1, 3, 5], [2.0, 3.0, 4.0], [0.8, 0.7, 0.6])
+    for k in h["layers"]:
+        h["layers"][k].pop("attn_ratio", None)
+    s = health_draws.summarize_draws({"old": h})
+    assert s["draws"]["old"]["rho_attn"] != s["draws"]["old"]["rho_attn"]  # NaN
+    row = [line for line in health_draws.markdown(s).splitlines() if line.startswith("| old |")][0]
+    assert row.endswith("| – |")
+
+
+def test_per_draw_only_has_no_summary_rows() -> None:
+    s = health_draws.summarize_draws({"a": _health([1, 3, 5], [2.0, 3.0, 4.0], [0.8, 0.7, 0.6]),
+                                      "b": _health([3, 3, 1], [4.0, 3.0, 2.0], [0.6, 0.7, 0.8])})
+    lines = health_draws.markdown(s, per_draw_only=True).splitlines()
+    assert [line.split(" |")[0] for line in lines[2:]] == ["| a", "| b"]
+    assert "mean window" in health_draws.markdown(s)
