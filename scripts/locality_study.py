@@ -103,7 +103,7 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "train_asr.ctc_decay_from": "1200"}, "asr"),
     ("V", "R with kernel-3 subsampler convolutions (receptive field 7 frames, ≈ 95 ms, instead of 13, ≈ 145 ms)",
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "+model.overrides.conv_kernel": "3"}, "asr"),
-    ("W", "R with heavier background noise (corpus.noise_level 0.03: ≈ 9 dB signal-to-noise instead of ≈ 24)",
+    ("W", "R with heavier background noise (corpus.noise_level 0.03 instead of 0.005: six times the noise amplitude, 15.6 dB more noise)",
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "corpus.noise_level": "0.03"}, "asr"),
     ("X", "R with reverberation (every talk in a synthetic room, RT60 0.4-0.9 s, direct-to-reverberant 0 dB)",
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "corpus.reverb_rt60": "[0.4,0.9]"}, "asr"),
