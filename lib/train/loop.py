@@ -366,26 +366,20 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     instead of ~10 elementwise ops) on CPU and CUDA: 4-5 % of a demo training step on 2 CPU cores
     (benchmarks/train_real_batches.py), and deterministic like the for-loop version.
 
-    ``cfg.encoder_lr_scale`` < 1 puts ``model.encoder``'s parameters in a group of their own whose
-    ``lr_scale`` the training loop multiplies into every update's lr (the rest keep 1.0). At 1.0
-    there is one group, exactly the optimizer of before the option existed. With
-    ``cfg.encoder_layer_lr_decay`` < 1 every distinct scale of :func:`encoder_lr_scales` gets a group
-    (in the order the parameters first appear), the rest of the model one group at 1.0."""
+    With ``cfg.encoder_lr_scale`` or ``cfg.encoder_layer_lr_decay`` below 1, every distinct scale of
+    :func:`encoder_lr_scales` gets a parameter group whose ``lr_scale`` the training loop multiplies
+    into every update's lr, in the order the parameters first appear, and the rest of the model one
+    group at 1.0: with ``encoder_lr_scale`` alone that is the encoder's group, then the decoder's (the
+    encoder is registered first). With both at 1.0 there is one group, exactly the optimizer of
+    before the options existed."""
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in model.parameters())
     params: Any = model.parameters()
-    if cfg.encoder_layer_lr_decay != 1.0:
+    if cfg.encoder_lr_scale != 1.0 or cfg.encoder_layer_lr_decay != 1.0:
         scales = encoder_lr_scales(model, cfg)
         groups: dict[float, list[nn.Parameter]] = {}
         for p in model.parameters():
             groups.setdefault(scales.get(id(p), 1.0), []).append(p)
         params = [{"params": ps, "lr_scale": scale} for scale, ps in groups.items()]
-    elif cfg.encoder_lr_scale != 1.0:
-        encoder = getattr(model, "encoder", None)
-        if encoder is None:
-            raise ValueError(f"encoder_lr_scale = {cfg.encoder_lr_scale}: {type(model).__name__} has no encoder")
-        mine = {id(p) for p in encoder.parameters()}
-        params = [{"params": [p for p in model.parameters() if id(p) in mine], "lr_scale": cfg.encoder_lr_scale},
-                  {"params": [p for p in model.parameters() if id(p) not in mine], "lr_scale": 1.0}]
     return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay,
                             fused=fused or None)
 
