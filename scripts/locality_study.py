@@ -117,6 +117,9 @@ ROWS: list[tuple[str, str, dict[str, str], str]] = [
       "train_st.encoder_layer_lr_decay": "0.864"}, "st"),
     ("AA", "R with a third of the auxiliary CTC weight (train_asr.ctc_weight 0.1 instead of 0.3)",
      {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "train_asr.ctc_weight": "0.1"}, "asr"),
+    ("AB", "Y and AA together: CTC weight 0.1, 3000 training segments, 4800 ASR updates",
+     {**DEMO_ASR, "train_asr.specaug_time_p": "0.1", "train_asr.ctc_weight": "0.1", "corpus.splits.train": "3000",
+      "train_asr.max_updates": "4800"}, "asr"),
 ]
 
 
