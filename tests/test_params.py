@@ -165,3 +165,30 @@ def test_unused_smoothing_section_does_not_constrain_pairs_and_seeds(tmp_path: P
                                                                                           "shared_pair": "en-de",
                                                                                           "fork_updates": 800})))
     assert p.seeds == [1] and p.smoothing.seeds == [1, 2, 3, 4, 5] and p.smoothing.systems == []
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= _flatten(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+# What profiles/demo-depth.yaml changes (README, "A setting whose windows grow with depth"); the
+# values of its measured run (reports/demo_depth/).
+DEMO_DEPTH = {"corpus.splits.train": 3000, "train_asr.max_updates": 4800, "train_asr.ctc_weight": 0.1,
+              "train_asr.amp": "none", "asr.fork_updates": 800, "local.fork": "shared"}
+
+
+def test_demo_depth_profile_is_params_with_exactly_its_six_changes() -> None:
+    """The profile is a full copy of params.yaml (so that `cp` is the one command): any other
+    difference means one of the two files changed without the other."""
+    params = _flatten(yaml.safe_load((REPO / "params.yaml").read_text()))
+    depth = _flatten(yaml.safe_load((REPO / "profiles" / "demo-depth.yaml").read_text()))
+    assert params.keys() == depth.keys()
+    differing = {k: depth[k] for k in params if params[k] != depth[k]}
+    assert differing == DEMO_DEPTH
+    load_params(REPO / "profiles" / "demo-depth.yaml")  # valid as a params file
