@@ -37,6 +37,7 @@ from _common import ROOT, run_stage, stage_params
 
 from lib.io import atomic_write_json
 from lib.layout import RunPaths
+from lib.parallel import share_cores
 from lib.params import Params
 from lib.train.loop import init_distributed
 from lib.train.run import (adopt_shared_asr, asr_fork_at, asr_fork_spec_from_params, load_fork_state,
@@ -56,6 +57,9 @@ def main() -> None:
     if args.shared:
         shared_fork(p)
     elif uses_shared_fork(p):
+        # it decodes this pair's test set beside other stages under `make repro`: with torch's default
+        # (every core) beside a 1-thread ST run it took 68-104 s instead of a few (measured, 2 cores)
+        share_cores(p.parallel.jobs)
         try:
             metrics = adopt_shared_asr(p, ROOT, args.pair, source="asr_local_shared", system="asr_local")
         except (FileNotFoundError, ValueError) as e:

@@ -61,3 +61,30 @@ def test_only_the_shared_asr_model_and_the_machine_wide_stages_run_alone() -> No
     assert {"train_asr_local_shared", "prepare_multi", "corpus_stats", "train_baseline", "train_local",
             "train_asr_local", "select_windows", "analyze", "health_asr", "health_st"} <= shares
     assert not shares & {"corpus", "prepare", "train_asr_shared", "report"}
+
+
+@pytest.mark.parametrize("stage, argv, adopt", [
+    ("train_asr", ["en-es"], "adopt_shared_asr"),        # asr.mode: shared (the default)
+    ("train_asr_local", ["en-es"], "adopt_shared_asr"),  # local.fork: shared
+])
+def test_stages_that_decode_a_shared_model_share_the_cores_first(monkeypatch: pytest.MonkeyPatch, stage: str,
+                                                                  argv: list[str], adopt: str) -> None:
+    """Copying a shared model decodes the pair's test set beside other stages under `make repro`;
+    with torch's default thread count (every core) next to a 1-thread run it was 10-30x slower."""
+    import importlib
+    import sys
+
+    monkeypatch.syspath_prepend(str(REPO / "stages"))
+    module = importlib.import_module(stage)
+    import dataclasses
+
+    p = load_params(REPO / "params.yaml")
+    p = dataclasses.replace(p, asr=dataclasses.replace(p.asr, mode="shared"),
+                            local=dataclasses.replace(p.local, asr_pretraining="fork", fork="shared"))
+    calls: list[str] = []
+    monkeypatch.setattr(module, "stage_params", lambda pair=None: p)
+    monkeypatch.setattr(module, "share_cores", lambda jobs: calls.append(f"share_cores({jobs})"))
+    monkeypatch.setattr(module, adopt, lambda *a, **k: calls.append("adopt") or {})
+    monkeypatch.setattr(sys, "argv", [f"{stage}.py", *argv])
+    module.main()
+    assert calls == ["share_cores(auto)", "adopt"]
