@@ -57,6 +57,13 @@ OLD_DEFAULT = {
     # the baseline's ASR model (the paper), and no ASR run keeps a fork state
     "local.asr_pretraining": "shared",
     "asr.fork_updates": "0",
+    # defaults that changed after the study (commit 7bef5ff: the depth setting, row AB, became the
+    # default): the values every row ran with
+    "corpus.splits.train": "1500",
+    "train_asr.amp": "auto",
+    "local.fork": "per_pair",
+    "train_st.save_every": "60",
+    "train_st.average_last": "2",
 }
 LN = {"model.overrides.scale_embedding": "false", "model.overrides.subsampler_norm": "layernorm"}
 VARIABILITY = {"corpus.rate_jitter": "20", "corpus.word_gap": "[0,3]", "corpus.noise_level": "0.005"}

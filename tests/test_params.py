@@ -163,7 +163,8 @@ def test_unused_smoothing_section_does_not_constrain_pairs_and_seeds(tmp_path: P
     """With no smoothing system listed, `-S seeds=[1]` or `-S pairs=[en-it]` must still load."""
     p = load_params(_write(tmp_path, lambda d: d.update(seeds=[1], pairs=["en-it"], asr={"mode": "per_pair",
                                                                                           "shared_pair": "en-de",
-                                                                                          "fork_updates": 800})))
+                                                                                          "fork_updates": 800},
+                                                        local={**d["local"], "fork": "per_pair"})))
     assert p.seeds == [1] and p.smoothing.seeds == [1, 2, 3, 4, 5] and p.smoothing.systems == []
 
 
@@ -177,18 +178,20 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
-# What profiles/demo-depth.yaml changes (README, "A setting whose windows grow with depth"); the
-# values of its measured run (reports/demo_depth/).
-DEMO_DEPTH = {"corpus.splits.train": 3000, "train_asr.max_updates": 4800, "train_asr.ctc_weight": 0.1,
-              "train_asr.amp": "none", "asr.fork_updates": 800, "local.fork": "shared"}
+# What profiles/demo-fast.yaml changes (README, "A faster setting"): the default of commit c64b834,
+# the values of its measured run (reports/default_06bc4e9/).
+DEMO_FAST = {"corpus.splits.train": 1500, "asr.fork_updates": 400, "train_asr.max_updates": 2400,
+             "train_asr.ctc_weight": 0.3, "train_asr.amp": "auto", "train_st.max_updates": 270,
+             "train_st.eval_every": 270, "train_st.save_every": 60, "train_st.average_last": 2,
+             "local.fork": "per_pair"}
 
 
-def test_demo_depth_profile_is_params_with_exactly_its_six_changes() -> None:
+def test_demo_fast_profile_is_params_with_exactly_its_ten_changes() -> None:
     """The profile is a full copy of params.yaml (so that `cp` is the one command): any other
     difference means one of the two files changed without the other."""
     params = _flatten(yaml.safe_load((REPO / "params.yaml").read_text()))
-    depth = _flatten(yaml.safe_load((REPO / "profiles" / "demo-depth.yaml").read_text()))
-    assert params.keys() == depth.keys()
-    differing = {k: depth[k] for k in params if params[k] != depth[k]}
-    assert differing == DEMO_DEPTH
-    load_params(REPO / "profiles" / "demo-depth.yaml")  # valid as a params file
+    fast = _flatten(yaml.safe_load((REPO / "profiles" / "demo-fast.yaml").read_text()))
+    assert params.keys() == fast.keys()
+    differing = {k: fast[k] for k in params if params[k] != fast[k]}
+    assert differing == DEMO_FAST
+    load_params(REPO / "profiles" / "demo-fast.yaml")  # valid as a params file

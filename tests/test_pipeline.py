@@ -131,7 +131,8 @@ def test_second_repro_is_noop_and_params_invalidate_only_dependents(tiny_repo: P
         assert {f"corpus@{p}" for p in pairs} <= changed_by(prepare__min_frames=6, corpus__noise_level=0.002)
         # One pair: nothing of that pair reruns (no stage reads the whole `pairs` list but the report,
         # the joint vocabulary of the multilingual model and the one fork of local.fork: shared, whose
-        # windows are the widest of all pairs'; a placeholder under the default per_pair).
+        # windows are the widest of all pairs'; the default since the depth setting, a placeholder under
+        # per_pair).
         assert changed_by(pairs=pairs[:1]) == {"report", "prepare_multi", "train_asr_local_shared"}
         # Another seed: only its own runs and the report; the analysed baseline (analysis.st_seed) and
         # everything upstream stay cached.
@@ -417,7 +418,8 @@ def test_exp_run_with_per_pair_asr(tiny_repo: Path) -> None:
     writes placeholders. (Last in this file: it leaves the workspace in per_pair mode.)"""
     import torch
 
-    out = _run(["dvc", "exp", "run", "-S", "asr.mode=per_pair", "train_asr"], tiny_repo).stdout
+    out = _run(["dvc", "exp", "run", "-S", "asr.mode=per_pair", "-S", "local.fork=per_pair", "train_asr"],
+               tiny_repo).stdout
     assert "Running stage 'train_asr@en-de'" in out and "Running stage 'train_asr@en-es'" in out
     placeholder = torch.load(tiny_repo / "runs/asr_shared/model.pt", weights_only=True)
     assert set(placeholder) == {"unused"}
