@@ -1,5 +1,5 @@
-"""Two full pipeline runs side by side: wall time per stage group and quality per pair (issue 12's
-"bf16 within one standard deviation of fp32" check).
+"""Two full pipeline runs side by side: wall time per stage group and quality per pair (for example
+whether bf16 stays within one standard deviation of fp32).
 
     python scripts/compare_repro_runs.py REFERENCE CANDIDATE [--names fp32 default] [--md out.md]
                                          [--candidate-timing reports/repro_timing_<commit>.json]

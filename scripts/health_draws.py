@@ -1,5 +1,5 @@
 """Algorithm 1's windows, the band and C_ii per layer over several draws (seeds) of one model: how
-much of a window profile is the setting and how much the draw (issue 9's "growing with depth").
+much of a window profile is the setting and how much the draw (do the windows grow with depth in every draw?).
 
     python scripts/health_draws.py workspace asr-seed2 asr-seed3 asr-seed4 asr-seed5
     python scripts/health_draws.py "seed 1=workspace" "seed 2=asr-seed2" --model asr --pair en-de --md out.md

@@ -1,4 +1,4 @@
-"""Stage `prepare_multi`: the joint target vocabulary of the multilingual ST model (seed 004;
+"""Stage `prepare_multi`: the joint target vocabulary of the multilingual ST model (Gong et al.;
 lib/data/multilingual.py): one SentencePiece model over the train translations of every pair in
 `pairs`, with the target-language tags as single pieces (ids 4, 5, ...), and tasks.json (task id =
 index of the pair in `pairs`). Always part of the pipeline (it takes seconds); only the opt-in

@@ -1,7 +1,7 @@
 """Stage `train_asr_smoothing`: ASR pretraining with the attention smoothing of one system of
 ``smoothing.defs`` (only for systems listed in ``smoothing.asr_systems``), for one pair, with the
 ``train_asr`` hyperparameters; train_smoothing then starts that system's ST encoder from it instead of
-the baseline's ASR model (seed 002's A6: a predicted γ starts at 0.5, strong smoothing for an encoder
+the baseline's ASR model (Maekaku et al.'s A6: a predicted γ starts at 0.5, strong smoothing for an encoder
 that never saw any). Resumable like train_asr.
 
     python stages/train_asr_smoothing.py rec en-de

@@ -1,4 +1,4 @@
-"""Stage `train_multi`: one multilingual ST model over all `pairs` (seed 004: attention head selection
+"""Stage `train_multi`: one multilingual ST model over all `pairs` (Gong et al.: attention head selection
 for multilingual ST; lib/train/multi.py) for one system of `multi.systems` and one seed; then BLEU and
 chrF on every pair's tst-COMMON, the selections, and the head-sharing heatmaps. Resumable.
 

@@ -1,4 +1,4 @@
-"""Stage `train_smoothing`: ST with attention-weight smoothing (seed 002; specs/variants.md §1) for one
+"""Stage `train_smoothing`: ST with attention-weight smoothing (Maekaku et al.; docs/variants.md) for one
 system of ``smoothing.defs``, one pair and one seed. Same data, ASR initialisation (unless the system is in
 ``smoothing.asr_systems``), ``train_st`` hyperparameters, decoding and metrics as `train_baseline` with
 that seed, so the comparison differs in the attention only. After decoding it measures how peaky the

@@ -205,7 +205,7 @@ def test_variant_stages_follow_lib_layout(tmp_path: Path) -> None:
                     RunPaths(tmp_path, "smoothing_asr", pair, variant="rec"))
                 assert (f"train_smoothing@rec-{pair}-1", f"train_asr_smoothing@rec-{pair}") in graph_edges
     assert layout.SMOOTHING_PLOTS.as_posix() in {o.def_path for o in stages["report"].outs}
-    # the multilingual runs (seed 004): one per system x seed, from the ASR model of multi.asr_init
+    # the multilingual runs (Gong et al.): one per system x seed, from the ASR model of multi.asr_init
     assert sorted(n for n in stages if n.startswith("train_multi@")) == [
         "train_multi@baseline-1", "train_multi@baseline-2", "train_multi@group-1", "train_multi@group-2"]
     for system in ("baseline", "group"):

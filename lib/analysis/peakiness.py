@@ -1,4 +1,4 @@
-"""How peaky the encoder self-attention is: the effect seed 002 describes for smoothing (its Fig. 3, Q6:
+"""How peaky the encoder self-attention is: the effect Maekaku et al. describe for smoothing (its Fig. 3, Q6:
 vanilla self-attention is sharply concentrated on the diagonal; recursive smoothing makes it less so).
 
 Per encoder layer, over the valid query rows of the first ``n`` sentences of a split (one sentence at a
@@ -25,7 +25,7 @@ from torch import Tensor
 
 __all__ = ["PEAKINESS_SENTENCES", "attention_peakiness", "layer_means", "row_entropy"]
 
-PEAKINESS_SENTENCES = 100  # the first 100 tst-COMMON sentences (specs/variants.md §1.3), as Fig. 3's 100 samples
+PEAKINESS_SENTENCES = 100  # the first 100 tst-COMMON sentences (docs/variants.md), as Fig. 3's 100 samples
 
 
 def row_entropy(attn: Tensor) -> Tensor:

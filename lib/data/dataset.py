@@ -50,7 +50,7 @@ class Batch:
     target_lengths: Tensor  # (B,)
     src_texts: list[str]
     tgt_texts: list[str]
-    # (B,) long task ids (the target-language index of a multilingual model, specs/variants.md §0.2)
+    # (B,) long task ids (the target-language index of a multilingual model, docs/variants.md)
     # when the dataset has them, else None
     task: Tensor | None = None
 
@@ -75,7 +75,7 @@ class SpeechDataset:
     Hooks read by :func:`collate` (any dataset may have them; None = absent): ``task_ids``, one task
     id per item (-> ``Batch.task``, the target-language index of a multilingual model), and
     ``start_ids``, one decoder start token per item (the target-language tag that replaces ``eos``
-    as the first decoder input, specs/variants.md §2.5)."""
+    as the first decoder input, docs/variants.md)."""
 
     task_ids: Sequence[int] | None = None
     start_ids: Sequence[int] | None = None

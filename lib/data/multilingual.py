@@ -1,4 +1,4 @@
-"""Multilingual ST data over the prepared pairs (seed 004's setting; specs/variants.md §2.5): one joint
+"""Multilingual ST data over the prepared pairs (Gong et al.'s setting; docs/variants.md): one joint
 target vocabulary with target-language tags, and a dataset that concatenates the pairs' splits.
 
 * :func:`prepare_joint_vocab` trains one SentencePiece model on the train targets of every pair, with

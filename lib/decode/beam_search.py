@@ -9,7 +9,7 @@ The model is anything exposing the :class:`lib.model.s2t_transformer.S2TTransfor
 Conventions (fairseq's, unless stated)
 --------------------------------------
 * The decoder's first input is ``eos`` (or ``bos``: a start token per sentence, e.g. the target-language
-  tag of a multilingual model, specs/variants.md §2.5); returned hypotheses are token ids *without*
+  tag of a multilingual model, docs/variants.md); returned hypotheses are token ids *without*
   the start token and without the final ``eos``.
 * Score of a finished hypothesis = (sum of token log-probs, the final ``eos`` included)
   / ``len ** len_penalty`` where ``len`` counts the tokens *including* the final ``eos``

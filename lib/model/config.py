@@ -47,9 +47,9 @@ class ModelConfig:
     max_target_positions: int = 1024
     # One attention spec per encoder layer; None -> all {"type": "full"}.
     encoder_attention: list[dict] | None = None
-    # Decoder attention (specs/variants.md §0.3): one spec for all decoder layers, or None = plain
+    # Decoder attention (docs/variants.md): one spec for all decoder layers, or None = plain
     # attention (SDPA). {"type": "smooth", prior, gamma, recursive, train_only, layers} or, for
-    # self-attention only, {"type": "head_select", strategy, candidates, tasks, layers} (§2.3) -- see
+    # self-attention only, {"type": "head_select", strategy, candidates, tasks, layers} (docs/variants.md) -- see
     # decoder_attention_spec; "layers" (1-based) is filled with its default here.
     decoder_self_attention: dict | None = None
     cross_attention: dict | None = None
@@ -58,14 +58,14 @@ class ModelConfig:
     # Which encoder layer's output the CTC head reads (1-based): 0 = the encoder output (after the
     # last layer and the final LayerNorm; ESPnet's default). k in 1..encoder_layers-1: layer k's output
     # through the same final LayerNorm (ESPnet's intermediate CTC, Lee & Watanabe 2021), so the layers
-    # above k learn only from the decoder. Demo trial (README study row T), not in the paper.
+    # above k learn only from the decoder. Demo trial (docs/locality-study.md, row T), not in the paper.
     ctc_layer: int = 0
     pad_idx: int = 1  # fairseq dictionary convention
     # Encoder input (demo-only deviations from fairseq; the paper profile keeps the defaults):
     # scale_embedding: multiply the subsampler output by sqrt(d) (fairseq; False = its
     #   --no-scale-embedding). subsampler_norm: "layernorm" normalises the subsampler output (before
     #   the positions are added, as wav2vec 2.0 does for its feature encoder), which keeps the
-    #   sinusoidal positions from being drowned by a growing subsampler output (see the README).
+    #   sinusoidal positions from being drowned by a growing subsampler output (docs/paper-vs-demo.md).
     scale_embedding: bool = True
     subsampler_norm: str = "none"  # none | layernorm
     # Diagnostic control, not in the paper: a zero-initialised learned relative-position bias per
@@ -109,7 +109,7 @@ class ModelConfig:
             raise ValueError(f"attention_fp32 must be true or false, got {self.attention_fp32!r}")
 
     def _check_head_selection(self) -> None:
-        """Head-selection specs (specs/variants.md §2.3): each encoder ``head_select`` layer is checked
+        """Head-selection specs (docs/variants.md): each encoder ``head_select`` layer is checked
         like the decoder spec (strategy, candidates vs n_heads, tasks), every selecting layer of the
         model must agree on the number of tasks (one task id indexes all of them), and the
         relative-position bias control is not implemented for it. ValueError naming the key."""
@@ -177,14 +177,14 @@ def model_config(size: str, **overrides: Any) -> ModelConfig:
 
 
 # ----------------------------------------------------------------------------------------
-# Attention smoothing options (specs/variants.md §1.3-1.4), shared by the attention module
+# Attention smoothing options (docs/variants.md), shared by the attention module
 # (lib.model.attention.SmoothedAttention) and the params-level spec builder
 # (lib.model.spec.smoothing_spec) so that both reject the same values with the same words.
 
 SMOOTHING_PRIORS = ("uniform", "band", "prev")
 BAND_OUTSIDE = ("literal", "masked")
-DEFAULT_GAMMA = 0.1  # §1.4 A7: the seed gives no value
-DEFAULT_BAND_K = 13  # §1.4 A7: median of the locality paper's En-De windows
+DEFAULT_GAMMA = 0.1  # reading A7: the paper gives no value
+DEFAULT_BAND_K = 13  # reading A7: median of the locality paper's En-De windows
 
 
 def smoothing_options(
@@ -202,8 +202,8 @@ def smoothing_options(
 
     Returns ``{prior, gamma, recursive, train_only, k, band_outside, per_head}`` with ``gamma`` a
     float in [0, 1] or ``"predicted"`` and ``k`` an odd int for ``band`` (default 13), else None.
-    Rules (§1.2-1.4): ``recursive`` and ``gamma: predicted`` only with ``prior: prev``, and the
-    predicted coefficient only recursively (the seed's Eq. for g interpolates with A^rec_{l-1});
+    Rules (docs/variants.md): ``recursive`` and ``gamma: predicted`` only with ``prior: prev``, and the
+    predicted coefficient only recursively (the paper's Eq. for g interpolates with A^rec_{l-1});
     ``k``, ``band_outside``, ``per_head`` only with ``prior: band``; k odd (centred band, A3).
     """
     if prior not in SMOOTHING_PRIORS:
@@ -214,7 +214,7 @@ def smoothing_options(
     if gamma == "predicted":
         if prior != "prev" or not recursive:
             raise ValueError(f"{key}.gamma: 'predicted' needs prior: prev and recursive: true "
-                             f"(the seed predicts g for recursive smoothing only), got prior {prior!r}, "
+                             f"(the paper predicts g for recursive smoothing only), got prior {prior!r}, "
                              f"recursive {recursive!r}")
     elif isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
         raise ValueError(f"{key}.gamma: must be a number in [0, 1] or 'predicted', got {gamma!r}")
@@ -237,7 +237,7 @@ def smoothing_options(
 
 
 # ----------------------------------------------------------------------------------------
-# Attention head selection options (specs/variants.md §2.3), shared by the attention modules
+# Attention head selection options (docs/variants.md), shared by the attention modules
 # (lib.model.attention.HeadSelectionAttention, lib.model.s2t_transformer.HeadSelectionMultiheadAttention),
 # the decoder spec below and the params-level builder (lib.model.spec.head_selection_spec).
 
@@ -249,7 +249,7 @@ def head_selection_options(*, strategy: Any, candidates: Any, tasks: Any, n_head
     """Validate one head-selection definition; ValueError naming ``<key>.<option>``.
 
     ``strategy`` subset | group; ``candidates`` H' an int >= H (``n_heads``; H' = H is "no
-    selection", the seed's H' = 4 point of Fig. 2) and, for ``group``, a multiple of H (H strided
+    selection", the paper's H' = 4 point of Fig. 2) and, for ``group``, a multiple of H (H strided
     groups of r = H' / H candidates); ``tasks`` the number of task ids (>= 1). Returns
     ``{strategy, candidates, tasks}``."""
     if strategy not in HEAD_SELECTION_STRATEGIES:
@@ -272,9 +272,9 @@ DECODER_ATTENTION_TYPES = ("smooth", "head_select")
 
 
 def smoothing_layers(layers: Any, prior: str, n_layers: int, *, key: str) -> list[int]:
-    """The 1-based layers a smoothing definition applies to (§1.2 "Layers"): default all layers for
+    """The 1-based layers a smoothing definition applies to (docs/variants.md): default all layers for
     uniform / band, 2..L for prev; ValueError naming ``<key>.layers`` for numbers outside 1..L,
-    duplicates, or layer 1 with the prev prior (no layer below, §1.4 A2)."""
+    duplicates, or layer 1 with the prev prior (no layer below, reading A2)."""
     if layers is None:
         return list(range(2 if prior == "prev" else 1, n_layers + 1))
     if isinstance(layers, (str, bytes)) or not isinstance(layers, (list, tuple)):
@@ -285,17 +285,17 @@ def smoothing_layers(layers: Any, prior: str, n_layers: int, *, key: str) -> lis
     if len(set(layers)) != len(layers):
         raise ValueError(f"{key}.layers: duplicate layer numbers in {list(layers)}")
     if prior == "prev" and 1 in layers:
-        raise ValueError(f"{key}.layers: layer 1 cannot take the prev prior (no layer below; specs/variants.md §1.4 A2)")
+        raise ValueError(f"{key}.layers: layer 1 cannot take the prev prior (no layer below; docs/variants.md)")
     return sorted(layers)
 
 
 def decoder_attention_spec(spec: dict | None, n_layers: int, *, key: str, n_heads: int | None = None,
                            cross: bool = False) -> dict | None:
     """Validate a decoder attention spec (``ModelConfig.decoder_self_attention`` / ``cross_attention``,
-    specs/variants.md §0.3): None (plain attention), ``{"type": "smooth", prior, gamma, recursive,
-    train_only, layers}`` with prior uniform | prev (the band prior is encoder-only, §1.2), or, for
-    self-attention only (``cross`` False; the seed's footnote 1), ``{"type": "head_select", strategy,
-    candidates, tasks, layers}`` (§2.3; ``n_heads`` checks H' against H). Returns a normalised copy
+    docs/variants.md): None (plain attention), ``{"type": "smooth", prior, gamma, recursive,
+    train_only, layers}`` with prior uniform | prev (the band prior is encoder-only, docs/variants.md), or, for
+    self-attention only (``cross`` False; the paper's footnote 1), ``{"type": "head_select", strategy,
+    candidates, tasks, layers}`` (docs/variants.md; ``n_heads`` checks H' against H). Returns a normalised copy
     with ``layers`` filled (default: all layers); ValueError naming ``<key>.<option>``."""
     if spec is None:
         return None
@@ -321,7 +321,7 @@ def _decoder_head_selection_spec(spec: dict, n_layers: int, *, key: str, n_heads
                                  cross: bool) -> dict:
     """The ``head_select`` branch of :func:`decoder_attention_spec`."""
     if cross:
-        raise ValueError(f"{key}: head selection applies to self-attention only (the seed found no gain on "
+        raise ValueError(f"{key}: head selection applies to self-attention only (the paper found no gain on "
                          "encoder-decoder attention, its footnote 1)")
     allowed = {"type", "strategy", "candidates", "tasks", "layers"}
     unknown = sorted(set(spec) - allowed)

@@ -1,6 +1,5 @@
-"""The report's section on multilingual ST with attention head selection (seed 004; specs/variants.md
-§2.5): per system, BLEU per pair and on average (mean ± std over ``multi.seeds``), Δ average vs the
-multilingual baseline next to the seed's Table 4 deltas, params, decoding speed, the bilingual
+"""The report's section on multilingual ST with attention head selection (Gong et al.; docs/variants.md): per system, BLEU per pair and on average (mean ± std over ``multi.seeds``), Δ average vs the
+multilingual baseline next to the paper's Table 4 deltas, params, decoding speed, the bilingual
 baselines of the same pairs and seeds for reference, and the head-sharing heatmaps. Reads only small
 outputs (metrics/variants/multi, data/decoded/variants/multi, metrics/baseline). No torch."""
 from __future__ import annotations
@@ -67,7 +66,7 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
     bil = [f"{statistics.fmean(v):.2f}" if v else "–" for v in bilingual.values()]
     lines.append("| bilingual baselines (reference; one model per pair, same seeds) | " + " | ".join(bil) +
                  " | | | | | | | |")
-    parts = ["\n## Multilingual ST with attention head selection (seed 004)\n",
+    parts = ["\n## Multilingual ST with attention head selection (Gong et al.)\n",
              f"One model for {', '.join(pairs)} (target-language tag as the decoder's start token, joint vocabulary), "
              f"encoder from runs/asr/{mp.asr_init}; head selection keyed on the target language in "
              f"{' and '.join(mp.head_selection.apply_to)}: H of H' = {mp.head_selection.candidates} candidate heads per "
@@ -77,7 +76,7 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
              "initialisation of the selection logits).\n",
              "\n".join(lines) + "\n",
              "\nThe seed's Table 4 (mTEDx, 13 directions, 400 epochs): group +2.0, subset +0.1, H = 8 +0.5 BLEU over the "
-             "shared H = 4 model. Here the three languages have equal (synthetic) data, so the seed's resource "
+             "shared H = 4 model. Here the three languages have equal (synthetic) data, so the paper's resource "
              "effects (low-resource languages sharing more heads with high-resource ones) cannot be tested.\n"]
     for system in mp.systems:
         for seed in mp.seeds:

@@ -1,6 +1,6 @@
-"""The report's section on attention smoothing with priors (seed 002; specs/variants.md §1.3): per pair,
+"""The report's section on attention smoothing with priors (Maekaku et al.; docs/variants.md): per pair,
 BLEU/chrF of every system in ``smoothing.systems`` against the baseline of the same seeds, the paired
-bootstrap per seed, and the effect the seed describes on the encoder self-attention (mean diagonal
+bootstrap per seed, and the effect the paper describes on the encoder self-attention (mean diagonal
 weight and row entropy, smoothed vs baseline), with a figure. Reads only small outputs:
 metrics/variants/smoothing/<system>/<pair>/seed<k>.json, the decoded test sets and the baseline's
 metrics. No torch (matplotlib only when there is something to plot)."""
@@ -16,7 +16,7 @@ from lib.model.config import smoothing_layers
 from lib.params import SmoothingParams
 from lib.report.tables import mean_std, read_json, read_lines
 
-# The seed's qualitative claims (specs/variants.md §1.1); its only numbers are relative WER gains.
+# The seed's qualitative claims (docs/variants.md); its only numbers are relative WER gains.
 SEED_CLAIMS = {
     "Q1": "recursive smoothing beats non-recursive smoothing (`rec` > `prev`)",
     "Q2": "recursive smoothing helps on source-target (cross) attention as well as on self-attention",
@@ -164,7 +164,7 @@ def claims_markdown(data: dict[str, Any], flat: dict[str, float]) -> str:
                     parts.append(f"`{n}` diag {d:.4f} vs {bd:.4f}, entropy {e:.3f} vs {be:.3f} ({verdict})")
             measured = "; ".join(parts)
         out.append(f"| {q} | {claim} | {measured} |")
-    return "| | seed 002 says | this run measured |\n|---|---|---|\n" + "\n".join(out) + "\n"
+    return "| | the paper says | this run measured |\n|---|---|---|\n" + "\n".join(out) + "\n"
 
 
 def figure(data: dict[str, Any], path: Path) -> Path:
@@ -242,9 +242,9 @@ def smoothing_section(root: Path, sp: SmoothingParams) -> tuple[str, dict[str, f
     ("", {}) when ``smoothing.systems`` is empty."""
     if not sp.systems:
         return "", {}
-    parts = ["\n## Attention smoothing with priors (seed 002)\n",
+    parts = ["\n## Attention smoothing with priors (Maekaku et al.)\n",
              "`A' = (1 − γ)·A + γ·P` in the attentions each definition names (`smoothing.defs`, "
-             "specs/variants.md §1), fine-tuned from the same ASR model with the same `train_st` settings as the "
+             "docs/variants.md), fine-tuned from the same ASR model with the same `train_st` settings as the "
              f"baseline of the same seeds {sp.seeds}. Paired bootstrap: sacreBLEU's test (1000 resamples) against "
              "the baseline of the same seed. Diagonal weight and row entropy: encoder self-attention A' in eval mode "
              "on the first 100 tst-COMMON sentences, averaged over the layers the definition smooths (all layers "

@@ -1,12 +1,12 @@
-"""One multilingual ST run (seed 004; specs/variants.md §2.5): one model over all ``pairs``, the
+"""One multilingual ST run (Gong et al.; docs/variants.md): one model over all ``pairs``, the
 target-language tag as the decoder's start token, head selection keyed on the target language.
 
 Systems (``multi.systems``):
 
-    baseline     H heads (the model size's n_heads), tag only: the seed's shared "S2T H=4" row
+    baseline     H heads (the model size's n_heads), tag only: the paper's shared "S2T H=4" row
     subset       H' = head_selection.candidates candidate heads per layer, each task selects H (top-H)
     group        the same with H strided groups of H'/H candidates, one head per group
-    baseline_h8  H' heads, all used (the seed's "H = 8" row: twice the heads at the same width)
+    baseline_h8  H' heads, all used (the paper's "H = 8" row: twice the heads at the same width)
 
 All start from the ASR model of ``multi.asr_init`` (runs/asr/<pair>/model.pt; the demo's pairs share
 one synthetic English, so any pair's ASR model speaks for all). Selection systems tile the ASR's H
@@ -20,7 +20,7 @@ Outputs (lib/layout.py, run ``variants/multi/<system>/seed<k>``): model.pt (+ ta
 data/decoded/.../hyps.<pair>.tst-COMMON.txt and refs, selection.json (the eval selections and
 logits at initialisation and at the end), metrics/<run>.json (per pair BLEU/chrF, averages, params,
 decoding speed, the share of (task, layer) selections that changed), training curves, and the
-head-sharing heatmaps of the seed's Fig. 3 (plots/variants/multi/<system>/seed<k>/).
+head-sharing heatmaps of the paper's Fig. 3 (plots/variants/multi/<system>/seed<k>/).
 """
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def _selection_changed(init: dict, final: dict) -> float | None:
 
 
 def head_sharing(selected: list[list[list[int]]]) -> list[list[int]]:
-    """S[t][u] = Σ_layers |S_{t,l} ∩ S_{u,l}| (the seed's Fig. 3) from ``selected[task][layer]``."""
+    """S[t][u] = Σ_layers |S_{t,l} ∩ S_{u,l}| (the paper's Fig. 3) from ``selected[task][layer]``."""
     n = len(selected)
     return [[sum(len(set(a) & set(b)) for a, b in zip(selected[t], selected[u])) for u in range(n)] for t in range(n)]
 

@@ -74,7 +74,7 @@ def ctc_weight_at(update: int, ctc_weight: float, decay_from: int, max_updates: 
     (``TrainConfig.ctc_decay_from``): ``ctc_weight`` until ``decay_from`` updates, then falling
     linearly to 0 at ``max_updates``; ``decay_from`` 0 keeps it constant (the default). A demo option:
     the CTC loss gets the encoder off the ground, and its decay hands the top layers to the decoder's
-    loss alone for the rest of the run (README, the study's row U)."""
+    loss alone for the rest of the run (docs/locality-study.md, row U)."""
     if decay_from <= 0 or update < decay_from:
         return float(ctc_weight)
     return ctc_weight * max(max_updates - update, 0) / max(max_updates - decay_from, 1)
@@ -82,9 +82,9 @@ def ctc_weight_at(update: int, ctc_weight: float, decay_from: int, max_updates: 
 
 def head_selection_tau(update: int, tau_start: float = 5.0, tau_end: float = 5.0, anneal_updates: int = 0) -> float:
     """Temperature of the head-selection Gumbel-sigmoid after ``update`` completed updates
-    (specs/variants.md §2.3 "Temperature"): τ(u) = max(τ_end, τ_start · (τ_end / τ_start)^(u / U)),
+    (docs/variants.md): τ(u) = max(τ_end, τ_start · (τ_end / τ_start)^(u / U)),
     a geometric decay from ``tau_start`` to ``tau_end`` over U = ``anneal_updates`` updates, then
-    constant (U = 0: ``tau_end`` at once). The default τ_start = τ_end = 5 is the seed's public code
+    constant (U = 0: ``tau_end`` at once). The default τ_start = τ_end = 5 is the paper's public code
     (constant). With the hard straight-through estimator τ only scales the gradient of the logits:
     which heads are sampled does not depend on it."""
     if anneal_updates <= 0 or tau_start == tau_end:
@@ -94,10 +94,10 @@ def head_selection_tau(update: int, tau_start: float = 5.0, tau_end: float = 5.0
 
 @dataclass
 class HeadSelectionTraining:
-    """What the training loop needs for head-selection models (specs/variants.md §2.3): the τ
+    """What the training loop needs for head-selection models (docs/variants.md): the τ
     schedule (:func:`head_selection_tau`) and the KL weight λ, a float for every side and task or
     ``{side: [λ per task]}`` (``S2TTransformer.elbo_kl_weights`` for ``kl_weight: elbo``). Default λ
-    0: the KL is computed and logged (``train/kl``) but not optimised, as in the seed's recipe."""
+    0: the KL is computed and logged (``train/kl``) but not optimised, as in the paper's recipe."""
 
     tau_start: float = 5.0
     tau_end: float = 5.0

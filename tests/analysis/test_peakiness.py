@@ -1,5 +1,5 @@
 """lib/analysis/peakiness.py: the per-layer diagonal weight and row entropy of the encoder
-self-attention (the smoothing report's measure of seed 002's Fig. 3 effect), computed from the very
+self-attention (the smoothing report's measure of Maekaku et al.'s Fig. 3 effect), computed from the very
 weights the model returns, plus what smoothing modules learned (band logits, predicted g)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""lib/data/multilingual.py (specs/variants.md §2.5, §2.6 item 11): the joint vocabulary has the
+"""lib/data/multilingual.py (docs/variants.md): the joint vocabulary has the
 language tags as single pieces with ids 4.., the multilingual dataset carries task ids and tags,
 collate makes the tag the first decoder input and fills Batch.task, and bad inputs name the file."""
 from __future__ import annotations

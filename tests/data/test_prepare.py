@@ -222,7 +222,7 @@ def test_in_flight_talks_are_bounded(monkeypatch) -> None:
     assert got == tasks and pool.max_outstanding == 4
 
 
-# --------------------------------------------------------------------------- reliability (issue 11)
+# --------------------------------------------------------------------------- reliability (bad input)
 
 
 def test_free_space_check_message() -> None:

@@ -1,6 +1,6 @@
 """The report's smoothing section (lib/report/smoothing.py) on hand-made run outputs: the numbers in
 the table and in metrics/summary.json come from the files, Δ is against the baseline of the same
-seeds, the seed's claims are checked against them, and a missing run names its file and stage."""
+seeds, the paper's claims are checked against them, and a missing run names its file and stage."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""lib/train/run.py::smoothing_spec_from_params: what a smoothing run trains (specs/variants.md §1.3):
+"""lib/train/run.py::smoothing_spec_from_params: what a smoothing run trains (docs/variants.md):
 the definition overlays full or local attention, the decoder gets its specs, the run lives where
 lib/layout.py says, and the encoder starts from the baseline's ASR model or the smoothed one."""
 from __future__ import annotations
