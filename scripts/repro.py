@@ -16,10 +16,18 @@ run-cache or skip).
     python scripts/repro.py --replay reports/repro_timing.json   # these rules on a recorded run's durations
 
 With more than one job each stage's output goes to `.dvc/tmp/repro/<stage>.log` and the terminal
-gets one line per stage start and end; a failing stage prints its log's tail, nothing new starts,
-the running ones finish, and the exit status is 1. Ctrl-C stops every running stage (a training
-stage resumes from its last checkpoint on the next run). `--timing FILE` writes every stage's
-start and end (seconds from the start) and the wall time per stage group (`scripts/time_repro.py`).
+gets one line per stage start and end, and a status line with each running stage's progress: the
+count, rate and ETA of the newest tqdm bar in its log (scripts/_progress.py), or how long it has
+run; redrawn in place every second on a terminal, a plain line every 60 s otherwise
+(`--status-every`). With one job DVC's own output, bars included, reaches the terminal as it is.
+A failing stage prints its log's tail, nothing new starts, the running ones finish, and the exit
+status is 1. Ctrl-C stops every running stage (a training stage resumes from its last checkpoint
+on the next run). After a run of the whole pipeline (or one that ran the report), or when it is
+up to date, it prints where the report is and, per pair, BLEU baseline vs local and Algorithm 1's
+windows in the local layers (metrics/summary.json, metrics/windows/; nothing when they do not
+exist). `--timing FILE` writes every stage's start and end (seconds from the start) and the wall
+time per stage group (`scripts/time_repro.py`), with repository-relative paths in its recorded
+command.
 
 Only stages that list `parallel` among their params (per-pair and per-seed stages, which train and
 analyse with cores // jobs threads, the shared fork, and the one-thread stages of seconds,
@@ -36,8 +44,8 @@ alone; they share the machine since).
 `--replay TIMING` runs nothing: it schedules the whole pipeline by these rules with the stage
 durations a `--timing` file recorded (:func:`simulate`), so a change of the rules, or of which
 stages share the machine, is measured on the same durations, free of this host's run-to-run noise
-(it replays a recorded run to within 0.3 %: 2512.3 s for the 2519.5 s of
-reports/repro_timing_363bcc1.json under that run's rules).
+(it replayed a recorded run of the whole pipeline to within 0.3 % of its wall time under that run's
+rules).
 """
 from __future__ import annotations
 
@@ -51,6 +59,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _progress import StatusLine, status_text, summary_lines
 
 CODE = Path(__file__).resolve().parent.parent  # this repository's lib/ (the DVC project is the working directory)
 LOG_DIR = Path(".dvc") / "tmp" / "repro"
@@ -206,9 +216,12 @@ def timing_record(stages: dict[str, tuple[float, float]], total: float, jobs: in
 
 
 def execute(p: Plan, jobs: int, command: Callable[[str], list[str]], root: Path,
-            say: Callable[[str], None] = print) -> tuple[int, dict[str, tuple[float, float]]]:
+            say: Callable[[str], None] = print,
+            status: StatusLine | None = None) -> tuple[int, dict[str, tuple[float, float]]]:
     """Run the plan, at most ``jobs`` stages at a time; returns (exit status, stage -> (start, end)
-    in seconds from the start). With one job the stage's output is streamed, else logged."""
+    in seconds from the start). With one job the stage's output is streamed, else logged, and
+    ``status`` (when given) shows each running stage's progress read from its log (its newest
+    tqdm bar, :func:`_progress.status_text`); ``say`` then should be ``status.say``."""
     log_dir = root / LOG_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -231,6 +244,10 @@ def execute(p: Plan, jobs: int, command: Callable[[str], list[str]], root: Path,
                         say(f"[{len(done) + len(running)}/{len(p.order)}] started  {name}")
             if not running:
                 break
+            if status is not None and jobs > 1 and status.wants_update():
+                now = time.perf_counter() - t0
+                status.update(status_text([(n, log, now - started) for n, (_, started, log) in running.items()],
+                                          len(done), len(p.order)))
             time.sleep(0.2)
             for name, (proc, started, log) in list(running.items()):
                 rc = proc.poll()
@@ -253,12 +270,16 @@ def execute(p: Plan, jobs: int, command: Callable[[str], list[str]], root: Path,
                     if jobs > 1:
                         say(f"[{len(done)}/{len(p.order)}] finished {name} in {end - started:.1f} s")
     except KeyboardInterrupt:
+        if status is not None:
+            status.close()
         for proc, _, _ in running.values():
             interrupt(proc)
         for proc, _, _ in running.values():
             proc.wait()
         say(f"interrupted: stopped {', '.join(running) or 'nothing'}")
         return 130, times
+    if status is not None:
+        status.close()
     return (1 if failed else 0), times
 
 
@@ -300,6 +321,9 @@ def main() -> None:
     ap.add_argument("-f", "--force", action="store_true", help="run the stages even if nothing changed")
     ap.add_argument("--dry", action="store_true", help="print the plan and exit")
     ap.add_argument("--timing", type=Path, help="write every stage's start and end to this JSON file")
+    ap.add_argument("--status-every", type=float, metavar="SECONDS",
+                    help="with more than one job: refresh the status line every SECONDS (default: 1 on a "
+                         "terminal, where it is redrawn in place; 60 otherwise, as a plain line)")
     ap.add_argument("--replay", type=Path, metavar="TIMING",
                     help="run nothing: schedule the pipeline (or the targets, as with -f) by this checkout's rules "
                          "with the stage durations a --timing file recorded, and print that schedule's wall time "
@@ -317,11 +341,15 @@ def main() -> None:
     if value != "auto" and not (str(value).isdigit() and int(value) >= 1):
         raise SystemExit(f"error: -j/--jobs: expected an integer >= 1 or 'auto', got {value!r}")
     jobs = resolve_jobs(value if value == "auto" else int(value))
+    if args.status_every is not None and not args.status_every > 0:
+        raise SystemExit(f"error: --status-every: expected a number of seconds > 0, got {args.status_every}")
     if args.replay is not None:
         sys.exit(replay(plan(root, args.targets, True), args.replay, jobs))
     p = plan(root, args.targets, args.force)
     if not p.order:
         print("Data and pipelines are up to date.")
+        if not args.targets:  # (with targets the report may wait on stages outside them)
+            print_summary(root)
         return
     print(f"{len(p.order)} stage(s) to run, {jobs} at a time" + (" (forced)" if args.force else ""), flush=True)
     if args.dry:
@@ -332,15 +360,48 @@ def main() -> None:
     def command(name: str) -> list[str]:
         return ["dvc", "--wait-for-lock", "repro", "--single-item", *(["-f"] if args.force else []), name]
 
+    status = StatusLine(sys.stdout, every=args.status_every) if jobs > 1 else None
     t0 = time.perf_counter()
-    rc, times = execute(p, jobs, command, root, say=lambda msg: print(msg, flush=True))
+    rc, times = execute(p, jobs, command, root, say=status.say if status else lambda msg: print(msg, flush=True),
+                        status=status)
     total = time.perf_counter() - t0
     if args.timing is not None:
-        record = timing_record(times, total, jobs, " ".join(["python scripts/repro.py", *sys.argv[1:]]), rc)
-        args.timing.parent.mkdir(parents=True, exist_ok=True)
-        args.timing.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        command_line = " ".join(["python scripts/repro.py", *(portable_arg(a, root) for a in sys.argv[1:])])
+        write_json(args.timing, timing_record(times, total, jobs, command_line, rc))
     print(f"{'done' if rc == 0 else 'stopped'}: {len(times)} stage(s) in {total / 60:.1f} min", flush=True)
+    if rc == 0 and (not args.targets or "report" in p.order):  # the report is this run's
+        print_summary(root)
     sys.exit(rc)
+
+
+def print_summary(root: Path) -> None:
+    """Where the report is and the per-pair summary (:func:`_progress.summary_lines`); nothing when
+    the pipeline wrote no metrics/summary.json."""
+    for line in summary_lines(root):
+        print(line, flush=True)
+
+
+def portable_arg(arg: str, root: Path) -> str:
+    """A command-line argument as recorded in a timing file: a path inside the repository relative to
+    it (a timing file names no machine's folders), anything else as it is."""
+    if arg.startswith("--") and "=" in arg:  # --timing=/abs/path
+        option, value = arg.split("=", 1)
+        return f"{option}={portable_arg(value, root)}"
+    path = Path(arg)
+    if not path.is_absolute():
+        return arg
+    try:
+        return path.resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return arg
+
+
+def write_json(path: Path, record: dict) -> None:
+    """Write ``record`` to ``path`` atomically (a temporary file beside it, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

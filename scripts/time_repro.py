@@ -12,6 +12,7 @@ training stage whose last.pt matches its config resumes at its final update and 
 Prints a table at the end and writes it to reports/repro_timing.json (not a DVC metric: wall times
 vary run to run): per stage its start and end, per stage group the wall time while any of its
 stages ran (with stages side by side the groups overlap, so they can sum to more than the total).
+Paths in it are relative to the repository, so a timing file names no machine's folders.
 """
 from __future__ import annotations
 
@@ -39,9 +40,10 @@ def main() -> None:
         for d in stale:
             shutil.rmtree(d)
         print(f"--fresh: removed {len(stale)} checkpoints folders under runs/", flush=True)
-    out = ROOT / "reports" / "repro_timing.json"
+    rel = Path("reports") / "repro_timing.json"  # relative to ROOT, the working directory of scripts/repro.py
+    out = ROOT / rel
     out.unlink(missing_ok=True)  # (a stale file must not pass for this run's timing)
-    cmd = [sys.executable, str(ROOT / "scripts" / "repro.py"), *args, "--timing", str(out)]
+    cmd = [sys.executable, str(ROOT / "scripts" / "repro.py"), *args, "--timing", rel.as_posix()]
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT)
@@ -56,7 +58,9 @@ def main() -> None:
         sys.exit(rc)
     result = json.loads(out.read_text(encoding="utf-8"))
     result.update({"total_seconds": round(end - t0, 1), "loadavg_start": load0, "loadavg_end": os.getloadavg()})
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
     print("\nstage group            seconds (wall time while any of its stages ran; groups overlap)")
     for g, sec in result["by_stage_group"].items():
         print(f"{g:<22} {sec:>8.1f}")

@@ -3,6 +3,8 @@ sleeping stages (a and b independent, c after both; a failing stage stops what d
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +144,72 @@ def test_replay_schedules_a_recorded_runs_durations_by_the_current_rules(tmp_pat
     (root / "t.json").write_text(json.dumps(record))
     proc = _repro(root, "-j", "2", "--replay", "t.json")
     assert proc.returncode == 1 and "t.json" in proc.stdout and "no recorded duration for c" in proc.stdout
+
+
+BAR = """import sys, time
+from tqdm import tqdm
+bar = tqdm(total=10, desc="train fake-1", unit="upd", mininterval=0)
+for _ in range(10):
+    time.sleep(0.4)
+    bar.update(1)
+bar.close()
+open(sys.argv[1], "w").write("x")
+"""
+
+
+@pytest.mark.slow
+def test_the_status_line_shows_a_stages_own_tqdm_progress(tmp_path: Path) -> None:
+    """A stage that draws a tqdm bar beside a silent one: `make repro`'s status line repeats the bar's
+    count, rate and ETA from the stage's log, and the silent stage's running time. Without the
+    pipeline's metrics (this tiny project) no summary is printed and nothing fails."""
+    root = _project(tmp_path / "p", {})
+    (root / "bar.py").write_text(BAR)
+    stages = {"fake": {"cmd": f"{sys.executable} bar.py fake.out", "deps": ["bar.py"], "outs": ["fake.out"],
+                       "params": ["parallel"]},
+              "quiet": _stage("quiet", [], sleep=2.0)}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
+    proc = _repro(root, "-j", "2", "--status-every", "0.5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    status = [line for line in proc.stdout.splitlines() if line.startswith("[") and " done] " in line]
+    counts = [int(m) for line in status for m in re.findall(r"fake train (\d+)/10", line)]
+    assert any(0 < n < 10 for n in counts), proc.stdout
+    assert any(re.search(r"fake train \d+/10 [0-9.]+(upd/s|s/upd) ETA [0-9:]+", line) for line in status), proc.stdout
+    assert any(re.search(r"\| quiet running 0:0\d|quiet running 0:0\d \|", line) for line in status), proc.stdout
+    assert "report:" not in proc.stdout and proc.stdout.rstrip().splitlines()[-1].startswith("done: 2 stage(s)")
+    assert "train fake-1: " in (root / ".dvc" / "tmp" / "repro" / "fake.log").read_text()  # the stage's own bar
+    bad = _repro(root, "-j", "2", "--status-every", "0")
+    assert bad.returncode != 0 and "--status-every" in bad.stderr
+
+
+def test_timing_files_record_paths_relative_to_the_repository(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "reports").mkdir(parents=True)
+    assert repro.portable_arg(str(root / "reports" / "t.json"), root) == "reports/t.json"
+    assert repro.portable_arg("reports/t.json", root) == "reports/t.json"
+    assert repro.portable_arg("-j", root) == "-j"
+    assert repro.portable_arg(f"--timing={root / 'reports' / 't.json'}", root) == "--timing=reports/t.json"
+    outside = str(tmp_path / "elsewhere.json")
+    assert repro.portable_arg(outside, root) == outside  # not the repository's: left as given
+    repro.write_json(root / "reports" / "t.json", {"a": 1})
+    assert json.loads((root / "reports" / "t.json").read_text()) == {"a": 1}
+    assert [f.name for f in (root / "reports").iterdir()] == ["t.json"]  # no temporary file left
+
+
+@pytest.mark.slow
+def test_time_repro_records_no_absolute_path(tmp_path: Path) -> None:
+    """scripts/time_repro.py, run from a copy of the scripts in a tiny DVC project (its repository
+    is the folder above scripts/), writes reports/repro_timing.json with repository-relative paths."""
+    root = _project(tmp_path / "p", {"a": _stage("a", [], sleep=0.2), "b": _stage("b", [], sleep=0.2)})
+    (root / "scripts").mkdir()
+    for name in ("time_repro.py", "repro.py", "_venv.py", "_progress.py"):
+        shutil.copy(SCRIPTS / name, root / "scripts" / name)
+    (root / "lib").symlink_to(SCRIPTS.parent / "lib", target_is_directory=True)
+    (root / ".gitignore").write_text("/lib\n")
+    proc = subprocess.run([sys.executable, "scripts/time_repro.py", "-j", "2"], cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (root / "reports" / "repro_timing.json").read_text()
+    record = json.loads(text)
+    assert record["command"] == "python scripts/repro.py -j 2 --timing reports/repro_timing.json"
+    assert str(tmp_path) not in text and set(record["by_stage"]) == {"a", "b"}
+
