@@ -80,7 +80,7 @@ OP_LABELS = {"sdpa": "full SDPA", "sdpa_band": "band-masked SDPA", "material": "
              "local": "local (ours)"}
 MIB = 2**20
 
-# Targets of the project's issue.
+# The efficiency targets local attention is held to (printed with the measurements).
 TARGET_OP_SPEEDUP = 6.0  # op fwd+bwd at N = 1052, w = 13 vs full SDPA
 TARGET_OP_SHORT = 1.0  # op at N = 166 no slower than SDPA
 TARGET_MEM_VS_SDPA = 2.0  # local peak <= 2 x SDPA's
@@ -329,7 +329,7 @@ def load_warnings(result: Mapping) -> list[str]:
 
 
 def evaluate_targets(result: Mapping) -> list[dict[str, Any]]:
-    """The issue's targets: one dict each with key, text, measured value(s), threshold, met.
+    """The efficiency targets: one dict each with key, text, measured value(s), threshold, met.
 
     ``met`` is True / False, or None when the configuration it refers to was not measured.
     """

@@ -1,20 +1,19 @@
-"""Cost of attention head selection (seed 004): training step time, decoding speed, and the eval
+"""Cost of attention head selection (Gong et al.; docs/variants.md): training step time, decoding speed, and the eval
 encoder's time and FLOPs, for the shared H-head model, the H'-head model, and head selection with
 H' in {H, 2H, 4H} candidates (H = the demo model's 4 heads), side by side in one run.
 
-    python benchmarks/head_selection_speed.py [--reps 5] [--json reports/variants/head_selection_speed.json]
+    python benchmarks/head_selection_speed.py [--reps 5] [--json FILE]
 
-The seed's claim (its Tables 1-5): selection models decode within ~1.5 % of the H = 4 model while
+The paper's claim (its Tables 1-5): selection models decode within ~1.5 % of the H = 4 model while
 H = 8 is 4.5-7.7 % slower, because inference computes only the H selected heads. Targets here: eval
 encoder FLOPs exactly equal for every H' (torch.utils.flop_counter), eval encoder time within ±5 %
 of H' = H. Models are randomly initialised (3 tasks, group selection in encoder and decoder
-self-attention, the demo size and params.yaml's model.overrides); decoding runs greedy and beam 5
+self-attention with params.yaml's estimator, the demo size and model.overrides); decoding runs greedy and beam 5
 on random features to a fixed length (max_len_b), so every model does the same number of steps.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lib.decode.beam_search import BeamSearchConfig, beam_search, greedy_search  # noqa: E402
+from lib.io import atomic_write_json  # noqa: E402
 from lib.model.s2t_transformer import S2TTransformer, model_config  # noqa: E402
 from lib.model.spec import decoder_head_selection_spec, head_selection_spec  # noqa: E402
 from lib.params import load_params  # noqa: E402
@@ -36,13 +36,14 @@ from lib.train.objectives import label_smoothed_nll_loss  # noqa: E402
 TASKS = 3
 
 
-def build(name: str, candidates: int | None, overrides: dict, vocab: int = 400) -> S2TTransformer:
+def build(name: str, candidates: int | None, overrides: dict, estimator: str, vocab: int = 400) -> S2TTransformer:
     base = model_config("demo", vocab_size=vocab, **overrides)
     extra: dict = {}
     if name == "H'":
         extra = {"n_heads": candidates}
     elif name == "select":
-        hdef = {"strategy": "group", "candidates": candidates, "apply_to": ["encoder_self", "decoder_self"]}
+        hdef = {"strategy": "group", "candidates": candidates, "apply_to": ["encoder_self", "decoder_self"],
+                "estimator": estimator}
         extra = {"encoder_attention": head_selection_spec([{"type": "full"}] * base.encoder_layers, hdef,
                                                           base.encoder_layers, n_heads=base.n_heads, tasks=TASKS),
                  **decoder_head_selection_spec(hdef, base.decoder_layers, n_heads=base.n_heads, tasks=TASKS)}
@@ -67,9 +68,13 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--tokens", type=int, default=15)
     ap.add_argument("--decode-len", type=int, default=30)
+    ap.add_argument("--estimator", choices=["paper", "gumbel"],
+                    help="the selection's training estimator (default: params.yaml's multi.head_selection.estimator)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    overrides = dict(load_params(ROOT / "params.yaml").model.overrides)
+    p = load_params(ROOT / "params.yaml")
+    overrides = dict(p.model.overrides)
+    estimator = args.estimator or p.multi.head_selection.estimator
     amp = resolve_amp("auto", torch.device("cpu"))
     H = model_config("demo", **overrides).n_heads
     torch.manual_seed(1)
@@ -82,12 +87,13 @@ def main() -> None:
     configs = [("H", "shared", None), ("H'", f"shared, {2 * H} heads", 2 * H)] + \
               [("select", f"group, H'={c}", c) for c in (H, 2 * H, 4 * H)]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, precision {amp}; demo model, H = {H}; "
-          f"batch {args.batch} x {args.frames} frames x {args.tokens} tokens; {TASKS} tasks (mixed in training)")
+          f"batch {args.batch} x {args.frames} frames x {args.tokens} tokens; {TASKS} tasks (mixed in training); "
+          f"selection estimator {estimator}")
     print(f"\n{'model':<20} {'params':>9} {'train ms':>9} {'enc eval ms':>12} {'enc eval GFLOP':>15} "
           f"{'greedy sent/s':>14} {'beam5 sent/s':>13}")
     rows = {}
     for kind, label, c in configs:
-        model = build(kind, c, overrides)
+        model = build(kind, c, overrides, estimator)
         opt = torch.optim.Adam(model.parameters(), lr=1e-5)
         selecting = kind == "select"
 
@@ -140,8 +146,7 @@ def main() -> None:
         f"{k} {shared['beam5_sent_per_s'] / v['beam5_sent_per_s']:.3f}x the time" for k, v in rows.items()
         if k != "shared"))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        atomic_write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
-"""Cost of attention smoothing with priors (seed 002): training step time and decoding speed of every
-definition in params.yaml's ``smoothing.defs`` against plain attention, and the plain (default) path
-of this code against the code of an earlier commit (``--baseline-rev``, default a772637: the last
-full run before smoothing existed), all side by side in one run.
+"""Cost of attention-weight smoothing with priors (Maekaku et al.; docs/variants.md): training step
+time and decoding speed of every definition in params.yaml's ``smoothing.defs`` against plain
+attention, side by side in one run; optionally (``--baseline-rev REV``) the plain (default) path of
+this code against the code of another git revision, e.g. one from before smoothing existed, to check
+that adding the variant left the default path's speed alone.
 
-    python benchmarks/smoothing_speed.py [--reps 5] [--rounds 3] [--baseline-rev a772637]
+    python benchmarks/smoothing_speed.py [--reps 5] [--decode-reps 3] [--json FILE] [--baseline-rev REV]
 
-The seed claims no speed; this reports the overhead. Smoothed layers take the explicit-weights path
+The paper claims no speed; this reports the overhead. Smoothed layers take the explicit-weights path
 (A' must be formed), plain layers PyTorch's SDPA kernel. Training step: forward + backward + Adam on
 one demo-size batch (``--batch`` x ``--frames`` frames, ``--tokens`` target tokens), the pipeline's
 default precision (``amp: auto``), median over ``--reps`` steps after two warm-up steps. Decoding:
@@ -13,13 +14,15 @@ beam 5 (median of ``--decode-reps`` passes, after a warm-up pass) on the first `
 trained baseline's weights (runs/baseline/en-de/seed1/model.pt) loaded into each configuration
 (smoothing parameters at their initialisation), when that model exists.
 
-The default-path comparison runs each tree in its own subprocess, alternating ``--rounds`` times,
-and reports the ratio of medians (target: within 3 %).
+The default-path comparison (only with ``--baseline-rev``) runs each tree in its own subprocess,
+alternating ``--rounds`` times, and reports the ratio of medians (target: within 3 %). Decoding needs
+the pipeline's en-de data and baseline (`dvc repro train_baseline`); without them only the training
+steps are timed.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import io
 import statistics
 import subprocess
 import sys
@@ -33,6 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from lib.io import atomic_write_json  # noqa: E402
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config  # noqa: E402
 from lib.model.spec import smoothing_model_specs  # noqa: E402
 from lib.params import load_params  # noqa: E402
@@ -109,32 +113,16 @@ def plain_step_in_tree(tree: Path, args: argparse.Namespace, overrides: dict) ->
     return float(out.strip().splitlines()[-1])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=20)
-    ap.add_argument("--frames", type=int, default=300)
-    ap.add_argument("--tokens", type=int, default=15)
-    ap.add_argument("--sentences", type=int, default=200)
-    ap.add_argument("--decode-reps", type=int, default=3, help="decoding passes per system (median)")
-    ap.add_argument("--baseline-rev", default="a772637")
-    ap.add_argument("--json", type=Path, help="also write the figures here")
-    args = ap.parse_args()
-    p = load_params(ROOT / "params.yaml")
-    overrides = dict(p.model.overrides)
-    amp = resolve_amp("auto", torch.device("cpu"))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, precision {amp}; demo model "
-          f"(model.overrides {overrides}); batch {args.batch} x {args.frames} frames x {args.tokens} tokens")
-    results: dict[str, dict] = {}
-
-    # 1. The default path against the earlier commit's code, alternating subprocesses.
+def default_path_vs_rev(args: argparse.Namespace, overrides: dict, results: dict) -> None:
+    """The plain (default) training step, and beam-5 decoding when the pipeline's en-de baseline exists,
+    of this code against ``args.baseline_rev``'s lib/ (git archive into a temporary folder), each in its
+    own subprocess, alternating ``args.rounds`` times; adds ``results["default_path"]``."""
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "old"
         old.mkdir()
         archive = subprocess.run(["git", "archive", "--format=tar", args.baseline_rev, "lib"], cwd=ROOT,
                                  capture_output=True, check=True).stdout
-        with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tf:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tf:
             tf.extractall(old, filter="data")
         now_t, old_t = [], []
         for _ in range(args.rounds):
@@ -162,6 +150,31 @@ def main() -> None:
             results["default_path"].update(decode_now=round(statistics.median(now_d), 2),
                                            decode_baseline=round(statistics.median(old_d), 2),
                                            decode_time_ratio=round(d_ratio, 3))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--frames", type=int, default=300)
+    ap.add_argument("--tokens", type=int, default=15)
+    ap.add_argument("--sentences", type=int, default=200)
+    ap.add_argument("--decode-reps", type=int, default=3, help="decoding passes per system (median)")
+    ap.add_argument("--baseline-rev", help="also time the plain training step (and decoding) of this git "
+                    "revision's lib/ against this code's (default: skipped)")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    p = load_params(ROOT / "params.yaml")
+    overrides = dict(p.model.overrides)
+    amp = resolve_amp("auto", torch.device("cpu"))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, precision {amp}; demo model "
+          f"(model.overrides {overrides}); batch {args.batch} x {args.frames} frames x {args.tokens} tokens")
+    results: dict[str, dict] = {}
+
+    # 1. The default path against another revision's code, alternating subprocesses (opt-in).
+    if args.baseline_rev:
+        default_path_vs_rev(args, overrides, results)
 
     # 2. Every smoothing definition against plain attention: training step and beam-5 decoding.
     torch.manual_seed(0)
@@ -229,7 +242,7 @@ def main() -> None:
               "'x plain' = time relative to plain)")
     results["systems"] = rows
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        atomic_write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ model with params.yaml's `model.overrides`; SpecAugment off.
 One process per row because that is how the pipeline runs, and because oneDNN compiles a bf16
 kernel per new shape and caches it for the process: a second bf16 row in the same process, or
 batches repeated, would run on warm kernels that a real run (new batch shapes every update) never
-has (benchmarks/bf16_shape_cache.py on a 2-core Xeon with AMX: ST batches seen before, bf16
-1.15x faster than fp32; new ones, 0.8-1.0x).
+has (on a 2-core Intel Xeon with AMX, ST batches seen before ran 1.15x faster in bf16 than in fp32,
+new ones 0.8-1.0x: the reason for `amp: auto`'s probe on the run's own, new batches).
 
     python benchmarks/train_real_batches.py [--updates 30] [--pair en-de] [--compile]
         [--pad-frames 64 --pad-tokens 8] [--tasks asr st] [--no-decode]
@@ -31,12 +31,22 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _real_batches import pipeline_data  # noqa: E402
 from lib.data.dataset import SpeechDataset, first_batches  # noqa: E402
-from lib.model.s2t_transformer import S2TTransformer  # noqa: E402
-from lib.params import load_params  # noqa: E402
+from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config  # noqa: E402
+from lib.params import Params, TrainConfig, load_params  # noqa: E402
 from lib.precision import PROBE_BATCHES, autocast, resolve_amp, resolve_train_amp  # noqa: E402
 from lib.train.loop import Criterion  # noqa: E402
+
+def pipeline_data(task: str, pair: str) -> tuple[Params, TrainConfig, SpeechDataset, ModelConfig]:
+    """(params.yaml, the task's training config (`train_asr` for "asr", `train_st` for "st"), the
+    pair's prepared training set, the demo model's config with `model.overrides`)."""
+    p = load_params(ROOT / "params.yaml")
+    cfg = p.train_asr if task == "asr" else p.train_st
+    ds = SpeechDataset(ROOT / p.data.prepared_dir / pair, "train", task, max_frames=cfg.max_frames_train)
+    mcfg = model_config(p.model.size, vocab_size=ds.vocab_size,
+                        ctc_vocab_size=ds.vocab_size if cfg.ctc_weight > 0 else None, **p.model.overrides)
+    return p, cfg, ds, mcfg
+
 
 # row -> (amp, fused Adam, torch.compile, padded): "padded" rounds every batch's frames and target
 # tokens up to --pad-frames / --pad-tokens (train_*.pad_frames_to / pad_tokens_to): fewer distinct
@@ -76,7 +86,6 @@ def one_row(task: str, pair: str, row: str, n: int, pad: tuple[int, int] = (64, 
 
 def one_decode(pair: str, amp: str) -> dict[str, float]:
     from lib.decode.beam_search import BeamSearchConfig, translate_dataset
-    from lib.model.s2t_transformer import ModelConfig
     from lib.train import checkpoint as ckpt
 
     p = load_params(ROOT / "params.yaml")

@@ -5,9 +5,9 @@ the pipeline's default precision (``amp: auto``: bf16 autocast where the CPU has
     python benchmarks/train_throughput.py [--size demo] [--reps 5] [--rounds 3] [--threads N] [--copies K]
 
 `--threads 1 --copies 2` runs two copies side by side, one thread each, and prints both: how the
-pipeline trains 33 of its 34 default runs on 2 cores (the per-pair and per-seed stages, two at a
-time, `parallel.jobs: auto`); the default (torch's threads, one copy) is how the shared ASR model
-trains, alone on every core.
+pipeline trains every default run but one on 2 cores (the per-pair and per-seed stages, two at a
+time, `parallel.jobs: auto`); the default (torch's threads, one copy) is how that one, the shared
+ASR model, trains, alone on every core.
 
 Prints, side by side in one run (interleaved rounds, medians): ms per training step (forward + backward + Adam) on the same
 batch for ours and for the nn.Transformer reference, their ratio (target <= 1.1), training

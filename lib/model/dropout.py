@@ -18,9 +18,7 @@ Keep probability: an element is kept when its 16-bit number u (uniform on 0..655
 The mask is built in numpy as the bit pattern of ``dtype`` (``scaled_keep_mask``): 0 or the scale,
 the very values of ``keep.to(dtype) * scale``, so every result is bit-identical to that torch
 version's, which turned each mask into a torch bool tensor and that into ``dtype``: torch's bool
-ops are slow on CPU. For one (20, 75, 512) FFN activation of a demo batch, the mask took 1.08 ms
-(fp32) / 0.99 ms (bf16) that way and takes 0.60 / 0.49 ms this way, the random draw (~0.36 ms)
-included (``python benchmarks/dropout_mask.py``, README "Benchmarks").
+ops are slow on CPU, and the numpy mask takes about half their time per demo activation.
 
 On CUDA (and other devices) this is ``F.dropout``: its mask is already generated in parallel there.
 """
