@@ -111,6 +111,9 @@ def op_figures(args, device: torch.device, shapes, dtypes, h: int, dh: int, w: i
         valid = (~kpm)[:, None, :, None].expand(b, h, n, dh)
         ref = la.banded_reference(*(t.double() for t in base), w, kpm)
         bias = torch.zeros(b, 1, 1, n, device=device).masked_fill(kpm[:, None, None, :], torch.finfo(torch.float32).min / 2)
+        band_bool = la.band_mask(n, w, device=device)[None, None] & (~kpm)[:, None, None, :]
+        band_bool = band_bool | ~band_bool.any(-1, keepdim=True)
+        band_bias = torch.zeros(band_bool.shape, device=device).masked_fill(~band_bool, torch.finfo(torch.float32).min / 2)
         for name in dtypes:
             dtype = DTYPES[name]
             q, k, v = (t.to(dtype).requires_grad_(True) for t in base)
@@ -122,6 +125,12 @@ def op_figures(args, device: torch.device, shapes, dtypes, h: int, dh: int, w: i
                               (q, k, v), go),
                 "blocked": (lambda: la.local_attention(q, k, v, w, kpm), (q, k, v), go),
                 "sdpa_band": (lambda: la.sdpa_band_attention(q, k, v, w, kpm), (q, k, v), go),
+                # diagnostics: the same SDPA call with its mask built beforehand (bool, then additive),
+                # to split sdpa_band's time into building the mask and the masked kernel
+                "sdpa_band_mask_prebuilt": (lambda: torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, attn_mask=band_bool), (q, k, v), go),
+                "sdpa_band_bias_prebuilt": (lambda: torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, attn_mask=band_bias.to(dtype)), (q, k, v), go),
             }
             if flash_ok and dtype in la.FLASH_DTYPES:
                 paths["flash"] = (lambda: la.packed_attention(qp, kp, vp, packing, w), (qp, kp, vp), gop)
@@ -223,7 +232,7 @@ def run_update(crit: Criterion, opt, model, batches: list[Batch], device: torch.
     tokens = torch.tensor(float(sum(x.n_target_tokens for x in batches))).to(device, non_blocking=True)
     scaler = torch.amp.GradScaler(device.type, enabled=False)
     policy = FoldPolicy("on" if mode == "folded" else "off", device, len(batches))
-    steps = [merge_batches(batches)] if mode == "folded" else batches
+    steps = [merge_batches(batches, device)] if mode == "folded" else batches
     if mode == "accumulated_synced":  # the loop before: the loss parts read after every batch
         logged = 0.0
         for cpu_batch in steps:

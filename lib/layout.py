@@ -18,10 +18,15 @@ all under ``variants/`` so that one folder per output kind holds them (the repor
 metrics/variants and data/decoded/variants, which hold a committed README so they always exist):
 
     smoothing_asr  ASR pretrained with a smoothing definition   runs/variants/smoothing_asr/<variant>/<pair>
-    smoothing      ST with attention smoothing (seed 002)        runs/variants/smoothing/<variant>/<pair>/seed<k>
+    smoothing      ST with attention smoothing (Maekaku et al.)        runs/variants/smoothing/<variant>/<pair>/seed<k>
     multi          one multilingual ST model over all pairs        runs/variants/multi/<variant>/seed<k>
-                   (seed 004; <variant> = baseline | subset | group | baseline_h8); its decoded test sets
+                   (Gong et al.; <variant> = baseline | subset | group | baseline_h8); its decoded test sets
                    are per pair: data/decoded/variants/multi/<variant>/seed<k>/hyps.<pair>.tst-COMMON.txt
+    controls       ST with a control of Algorithm 1's windows          runs/variants/controls/<variant>/<pair>/seed<k>
+                   (<variant> = local_uniform | local_shuffled; lib/model/spec.py), from runs/asr_local/<pair>
+
+The inference band test of every window configuration on the ST baseline of one seed (stage band_test,
+opt-in): metrics/variants/band_test/<pair>/seed<k>.json and its figure plots/variants/band_test/<pair>/seed<k>.png.
 
 The joint target vocabulary of the multilingual model (stage prepare_multi): data/prepared_multi/.
 
@@ -49,12 +54,12 @@ __all__ = ["ASR_SYSTEMS", "SHARED_SYSTEMS", "ST_SYSTEMS", "SYSTEMS", "VARIANT_AS
            "VARIANT_DECODED", "VARIANT_PLOTS", "SMOOTHING_PLOTS", "PREPARED_MULTI", "multi_plots", "variant_figure", "TEST_SPLIT", "RunPaths", "analysis_dir", "analysis_metrics",
            "analysis_plots", "health_data", "health_metrics", "health_plot", "run_name", "run_paths",
            "windows_dir", "windows_json", "windows_metrics", "corpus_metrics", "corpus_plots", "REPORT", "SUMMARY",
-           "EFFICIENCY_MD"]
+           "EFFICIENCY_MD", "band_test_metrics", "band_test_plot"]
 
 ASR_SYSTEMS = ("asr_shared", "asr", "asr_local", "asr_local_shared")
 ST_SYSTEMS = ("baseline", "local")
 VARIANT_ASR_SYSTEMS = ("smoothing_asr",)
-VARIANT_ST_SYSTEMS = ("smoothing", "multi")
+VARIANT_ST_SYSTEMS = ("smoothing", "multi", "controls")
 SYSTEMS = ASR_SYSTEMS + ST_SYSTEMS + VARIANT_ASR_SYSTEMS + VARIANT_ST_SYSTEMS
 SHARED_SYSTEMS = ("asr_shared", "asr_local_shared")  # one model for every pair: no <pair> in the path
 TEST_SPLIT = "tst-COMMON"
@@ -209,5 +214,15 @@ def corpus_plots(root: Path | str, pair: str) -> Path:
 
 
 def multi_plots(root: Path | str, variant: str, seed: int) -> Path:
-    """Head-sharing heatmaps of one multilingual run (the seed's Fig. 3), written by train_multi."""
+    """Head-sharing heatmaps of one multilingual run (the paper's Fig. 3), written by train_multi."""
     return Path(root) / VARIANT_PLOTS / "multi" / variant / f"seed{seed}"
+
+
+def band_test_metrics(root: Path | str, pair: str, seed: int) -> Path:
+    """The inference band test of the ST baseline of one pair and seed (stage band_test)."""
+    return Path(root) / VARIANT_METRICS / "band_test" / pair / f"seed{seed}.json"
+
+
+def band_test_plot(root: Path | str, pair: str, seed: int) -> Path:
+    """Its figure: token accuracy against the mean window width of layers k+1..L."""
+    return Path(root) / VARIANT_PLOTS / "band_test" / pair / f"seed{seed}.png"

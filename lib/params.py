@@ -139,6 +139,8 @@ AMP_MODES = ("none", "bf16", "fp16", "auto")
 #: Where the value bias b_V goes in Eq. 3 (lib/analysis/contributions.py).
 VALUE_BIAS_MODES = ("bias", "token")
 LR_SCHEDULERS = ("inverse_sqrt", "polynomial_decay")
+#: ``train_*.fold_update``: an update of k batches as one folded batch (lib/train/loop.py, FoldPolicy).
+FOLD_MODES = ("auto", "on", "off")
 
 
 @dataclass
@@ -192,6 +194,16 @@ class TrainConfig:
     average_last: int = 5  # average of the last K saved snapshots
     best_metric: str = "loss"  # loss | nll | wer | bleu | chrf
     amp: str = "none"  # none | bf16 | fp16 (CUDA only) | auto (bf16 where the device has it: resolve_amp)
+    # With update_freq k > 1: run an update as one batch of the k batches' utterances (sorted by length)
+    # instead of k accumulated batches; same gradient up to float rounding (lib.train.loop.FoldPolicy).
+    # auto: fold on CUDA when the folded batch's estimated peak memory fits, else accumulate (on a CPU: accumulate)
+    fold_update: str = "auto"  # auto | on | off
+    # The peak lr of the attention variants' own parameters (head-selection logits, band-prior logits,
+    # predicted-gate vector and bias: lib.model.attention.VARIANT_PARAMETER_NAMES), one optimizer group
+    # outside encoder_lr_scale / encoder_layer_lr_decay and weight decay, on this run's lr schedule
+    # (lib.train.loop.make_optimizer). Not a params.yaml key: the smoothing and multilingual runs set
+    # it from smoothing.variant_lr / multi.head_selection.variant_lr. None: no such group.
+    variant_lr: float | None = None
 
     def validate(self, prefix: str = "train") -> None:
         """ValueError naming ``<prefix>.<key>`` for an invalid value."""
@@ -199,6 +211,8 @@ class TrainConfig:
             raise ValueError(f"{prefix}.best_metric must be one of {sorted(LOWER_IS_BETTER)}, got {self.best_metric!r}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"{prefix}.amp must be one of {list(AMP_MODES)}, got {self.amp!r}")
+        if self.fold_update not in FOLD_MODES:
+            raise ValueError(f"{prefix}.fold_update must be one of {list(FOLD_MODES)}, got {self.fold_update!r}")
         if self.lr_scheduler not in LR_SCHEDULERS:
             raise ValueError(f"{prefix}.lr_scheduler must be one of {list(LR_SCHEDULERS)}, got {self.lr_scheduler!r}")
         for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",
@@ -213,6 +227,8 @@ class TrainConfig:
             raise ValueError(f"{prefix}.specaug_time_p must be in (0, 1], got {self.specaug_time_p}")
         if not 0.0 < self.encoder_lr_scale <= 1.0:
             raise ValueError(f"{prefix}.encoder_lr_scale must be in (0, 1], got {self.encoder_lr_scale}")
+        if self.variant_lr is not None and not self.variant_lr > 0:
+            raise ValueError(f"{prefix}.variant_lr must be > 0 (or null), got {self.variant_lr}")
         if not 0.0 < self.encoder_layer_lr_decay <= 1.0:
             raise ValueError(f"{prefix}.encoder_layer_lr_decay must be in (0, 1], got {self.encoder_layer_lr_decay}")
         if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:
@@ -528,7 +544,7 @@ SMOOTHING_SYSTEM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def _default_smoothing_defs() -> dict[str, dict[str, Any]]:
-    """The seed's systems (specs/variants.md §1.3): γ = 0.1, k = 13 (§1.4 A7: the seed gives no values)."""
+    """The paper's systems (docs/variants.md): γ = 0.1, k = 13 (reading A7: the paper gives no values)."""
     return {
         "relaxed_enc": {"prior": "uniform", "gamma": 0.1, "train_only": True, "where": ["encoder"]},
         "relaxed_cross": {"prior": "uniform", "gamma": 0.1, "train_only": True, "where": ["cross"]},
@@ -543,22 +559,36 @@ def _default_smoothing_defs() -> dict[str, dict[str, Any]]:
 
 @dataclass(frozen=True)
 class SmoothingParams:
-    """``smoothing``: attention smoothing with priors (seed 002; specs/variants.md §1), opt-in.
+    """``smoothing``: attention smoothing with priors (Maekaku et al.; docs/variants.md), opt-in.
 
     ``systems`` names entries of ``defs`` to train (stage train_smoothing, one run per system x pair x
     seed, same ASR model and ``train_st`` hyperparameters as the baseline of the same seed); [] (the
     default) creates no stage at all. ``asr_systems``: systems whose ASR model is also pretrained
     with the same smoothing (stage train_asr_smoothing); the others start from runs/asr/<pair>.
     ``defs``: name -> smoothing definition (keys of :data:`lib.model.spec.SMOOTHING_KEYS`), checked
-    here against the model's depth, so a bad definition stops before any training."""
+    here against the model's depth, so a bad definition stops before any training.
+
+    ``variant_lr``: the peak lr of the priors' own parameters (band logits, the predicted gate's vector
+    and bias), in an optimizer group of their own (``TrainConfig.variant_lr``, lib.train.loop.make_optimizer):
+    not under ``train_st.encoder_lr_scale`` (meant for the pretrained encoder, not for parameters that
+    start from their initialisation) and without weight decay. Default 0.025: under Adam a parameter
+    moves at most about Σ_t lr_t over a run, which is 204 × the peak lr on the ST schedule (360 updates,
+    warm-up 60, inverse_sqrt) -- 0.06 at the encoder's 0.2 × 1.5e-3, too little to move the gate's
+    bias from logit(0.1) = -2.2 to logit(0.5) = 0 or a band logit of ln 100 = 4.6 (a gate that moved
+    at most 0.18). 0.025 gives a cap of 5.1 logit units: either can move when the gradient keeps its
+    sign, while gradient noise alone moves a logit by about the peak lr × sqrt(Σ_t (lr_t / lr)²) =
+    0.025 × 11.3 = 0.28 (the random walk of Adam's normalised steps)."""
 
     systems: list[str] = field(default_factory=list)
     pairs: list[str] = field(default_factory=lambda: ["en-de"])
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     asr_systems: list[str] = field(default_factory=list)
     defs: dict[str, dict[str, Any]] = field(default_factory=_default_smoothing_defs)
+    variant_lr: float = 0.025
 
     def validate(self, prefix: str) -> None:
+        if not self.variant_lr > 0:
+            raise ParamError(f"{prefix}.variant_lr: must be > 0, got {self.variant_lr}")
         for name in self.defs:
             if not SMOOTHING_SYSTEM_NAME.match(name):
                 raise ParamError(f"{prefix}.defs.{name}: a system name must be lower-case letters, digits and "
@@ -593,21 +623,71 @@ class SmoothingParams:
                 raise ParamError(str(e)) from None
 
 
+@dataclass(frozen=True)
+class ControlsParams:
+    """``controls``: controls for Algorithm 1 (docs/results.md), opt-in.
+
+    ``systems`` (default [] = no training stage): ``local_uniform`` (layers full_layers+1..L at one
+    window, the mean of Algorithm 1's windows rounded to the nearest odd width, ties up) and
+    ``local_shuffled`` (Algorithm 1's windows permuted across those layers with ``shuffle_seed``);
+    lib.model.spec has the rules. Stage train_control trains each for every pair and seed like
+    `local` (same ASR model runs/asr_local/<pair>, same ``train_st``). ``band_seeds`` (default [] =
+    no stage): the seeds whose ST baseline gets the inference band test of every configuration
+    (stage band_test, per pair and seed)."""
+
+    systems: list[str] = field(default_factory=list)
+    shuffle_seed: int = 1
+    band_seeds: list[int] = field(default_factory=list)
+
+    def validate(self, prefix: str) -> None:
+        from lib.model.spec import CONTROL_SYSTEMS
+
+        for i, name in enumerate(self.systems):
+            if name not in CONTROL_SYSTEMS:
+                raise ParamError(f"{prefix}.systems[{i}]: unknown control {name!r}; known: {list(CONTROL_SYSTEMS)}")
+        if len(set(self.systems)) != len(self.systems):
+            raise ParamError(f"{prefix}.systems: duplicates in {self.systems}")
+        if len(set(self.band_seeds)) != len(self.band_seeds):
+            raise ParamError(f"{prefix}.band_seeds: duplicates in {self.band_seeds}")
+        if self.shuffle_seed < 0:
+            raise ParamError(f"{prefix}.shuffle_seed: must be >= 0, got {self.shuffle_seed}")
+
+
 MULTI_SYSTEMS = ("baseline", "subset", "group", "baseline_h8")
 HEAD_SELECTION_SIDES = ("encoder_self", "decoder_self")
 
 
 @dataclass(frozen=True)
 class HeadSelectionParams:
-    """``multi.head_selection`` (seed 004; specs/variants.md §2.3-2.4): H' candidate heads per layer of
-    which each task (target language) selects the model's H (``model`` size's n_heads)."""
+    """``multi.head_selection`` (Gong et al.; docs/variants.md): H' candidate heads per layer of
+    which each task (target language) selects the model's H (``model`` size's n_heads).
+
+    ``estimator``: ``gumbel`` (default) = straight-through Gumbel-softmax whose backward pass compares
+    every candidate with the selected one (within each group for ``group``, over all candidates for
+    ``subset``), Gumbel noise scaled from ``noise_start`` to ``noise_end`` (geometric, over
+    ``anneal_updates``) so that late training draws are the evaluated selection; ``paper`` = the paper's
+    Gumbel-sigmoid straight-through (selected heads only, unit logistic noise; the noise keys are
+    ignored). ``anneal_updates`` null: the run's length (``multi.max_updates``).
+
+    ``variant_lr``: the peak lr of the selection logits, an optimizer group of their own outside
+    ``train_st.encoder_lr_scale`` and weight decay (``TrainConfig.variant_lr``). Default 0.025: Adam
+    moves a logit at most about Σ_t lr_t = 419 × the peak lr over 1080 updates (3 × 360, warm-up 60,
+    inverse_sqrt), i.e. 0.63 at train_st's 1.5e-3 and 0.13 for the encoder's logits at 0.2 × that,
+    against a median gap of 1.35 between the two members of a group at initialisation
+    (|u1 - u2|, u ~ U(ln 0.01, 0)); 0.025 gives a cap of 10.5, several gaps for a gradient that keeps
+    its sign, while gradient noise alone moves a logit by about 0.025 × sqrt(Σ_t (lr_t / lr)²) =
+    0.025 × 13.9 = 0.35, a quarter of the median gap."""
 
     candidates: int = 8  # H'
     apply_to: list[str] = field(default_factory=lambda: list(HEAD_SELECTION_SIDES))
-    tau_start: float = 5.0  # Gumbel-sigmoid temperature, annealed geometrically over anneal_updates
+    tau_start: float = 5.0  # temperature of the relaxation, annealed geometrically over anneal_updates
     tau_end: float = 5.0
-    anneal_updates: int = 540
-    kl_weight: float | str = 0.0  # λ of the KL to the prior p(z=1) = H/H'; "elbo": the seed's Eq. 3 weight
+    anneal_updates: int | None = None  # null: the run's length
+    kl_weight: float | str = 0.0  # λ of the KL to the prior p(z=1) = H/H'; "elbo": the paper's Eq. 3 weight
+    estimator: str = "gumbel"  # gumbel | paper
+    noise_start: float = 1.0  # Gumbel noise scale (gumbel estimator), annealed to noise_end
+    noise_end: float = 0.1
+    variant_lr: float = 0.025
 
     def validate(self, prefix: str) -> None:
         if self.candidates < 1:
@@ -618,8 +698,17 @@ class HeadSelectionParams:
                              f"got {self.apply_to}")
         if not (self.tau_start > 0 and self.tau_end > 0):
             raise ParamError(f"{prefix}.tau_start / tau_end: must be > 0, got {self.tau_start} / {self.tau_end}")
-        if self.anneal_updates < 1:
-            raise ParamError(f"{prefix}.anneal_updates: must be >= 1, got {self.anneal_updates}")
+        if self.anneal_updates is not None and self.anneal_updates < 1:
+            raise ParamError(f"{prefix}.anneal_updates: must be >= 1 or null (the run's length), got {self.anneal_updates}")
+        from lib.model.config import HEAD_SELECTION_ESTIMATORS
+
+        if self.estimator not in HEAD_SELECTION_ESTIMATORS:
+            raise ParamError(f"{prefix}.estimator: expected one of {list(HEAD_SELECTION_ESTIMATORS)}, got {self.estimator!r}")
+        if not (self.noise_start >= 0 and self.noise_end >= 0) or self.noise_end > self.noise_start:
+            raise ParamError(f"{prefix}.noise_start / noise_end: need 0 <= noise_end <= noise_start, got "
+                             f"{self.noise_start} / {self.noise_end}")
+        if not self.variant_lr > 0:
+            raise ParamError(f"{prefix}.variant_lr: must be > 0, got {self.variant_lr}")
         if isinstance(self.kl_weight, str) and self.kl_weight != "elbo":
             raise ParamError(f"{prefix}.kl_weight: a number >= 0 or 'elbo', got {self.kl_weight!r}")
         if not isinstance(self.kl_weight, str) and self.kl_weight < 0:
@@ -628,21 +717,30 @@ class HeadSelectionParams:
 
 @dataclass(frozen=True)
 class MultiParams:
-    """``multi``: one multilingual ST model over all ``pairs`` (seed 004), opt-in.
+    """``multi``: one multilingual ST model over all ``pairs`` (Gong et al.), opt-in.
 
     ``systems`` (default [] = no training stage): ``baseline`` (H heads, target-language tag only),
     ``subset`` / ``group`` (head selection, H of ``head_selection.candidates``), ``baseline_h8`` (twice
-    the heads, no selection: the seed's H = 8 row). The joint vocabulary (stage prepare_multi) is
+    the heads, no selection: the paper's H = 8 row). The joint vocabulary (stage prepare_multi) is
     always built: it is cheap. ``asr_init``: the pair whose ASR model (runs/asr/<pair>) initialises
-    the encoder. ``max_updates``: the multilingual run's length; the other training settings are
-    ``train_st``'s."""
+    the encoder. ``max_updates``: the multilingual run's length, null (the default) = 3 ×
+    ``train_st.max_updates`` (three languages' worth of the bilingual runs: :meth:`run_updates`); the
+    other training settings are ``train_st``'s."""
 
     systems: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [1])
     vocab_size: int = 768
     asr_init: str = "en-de"
-    max_updates: int = 540
+    max_updates: int | None = None
     head_selection: HeadSelectionParams = field(default_factory=HeadSelectionParams)
+
+    #: multi.max_updates when null: this many times the bilingual run's train_st.max_updates.
+    BILINGUAL_FACTOR = 3
+
+    def run_updates(self, bilingual_updates: int) -> int:
+        """The multilingual run's length: ``max_updates`` when set, else :attr:`BILINGUAL_FACTOR` ×
+        ``bilingual_updates`` (``train_st.max_updates``)."""
+        return self.max_updates if self.max_updates is not None else self.BILINGUAL_FACTOR * bilingual_updates
 
     def validate(self, prefix: str) -> None:
         for i, name in enumerate(self.systems):
@@ -656,8 +754,9 @@ class MultiParams:
             raise ParamError(f"{prefix}.vocab_size: must be >= 8, got {self.vocab_size}")
         if not PAIR_PATTERN.match(self.asr_init):
             raise ParamError(f"{prefix}.asr_init: expected a pair like 'en-de', got {self.asr_init!r}")
-        if self.max_updates < 1:
-            raise ParamError(f"{prefix}.max_updates: must be >= 1, got {self.max_updates}")
+        if self.max_updates is not None and self.max_updates < 1:
+            raise ParamError(f"{prefix}.max_updates: must be >= 1 or null (3 x train_st.max_updates), "
+                             f"got {self.max_updates}")
 
 
 @dataclass(frozen=True)
@@ -681,10 +780,15 @@ class Params:
     efficiency: EfficiencyParams = field(default_factory=EfficiencyParams)  # benchmarks/encoder_efficiency.py
     smoothing: SmoothingParams = field(default_factory=SmoothingParams)  # opt-in variant (stage train_smoothing)
     multi: MultiParams = field(default_factory=MultiParams)  # opt-in variant (stage train_multi)
+    controls: ControlsParams = field(default_factory=ControlsParams)  # opt-in (stages train_control, band_test)
 
     def validate(self, prefix: str) -> None:
         if not self.pairs:
             raise ParamError("pairs: empty; list at least one pair, e.g. [en-de]")
+        for section in ("train_asr", "train_st"):
+            if getattr(self, section).variant_lr is not None:
+                raise ParamError(f"{section}.variant_lr: not a params.yaml key; the variants' parameters take "
+                                 f"smoothing.variant_lr / multi.head_selection.variant_lr")
         if not self.seeds:
             raise ParamError("seeds: empty; list at least one seed, e.g. [1]")
         if len(set(self.seeds)) != len(self.seeds):
@@ -719,6 +823,10 @@ class Params:
         if self.multi.systems and self.multi.asr_init not in self.pairs:
             raise ParamError(f"multi.asr_init: {self.multi.asr_init!r} is not in pairs {self.pairs} (its ASR model "
                              f"initialises the multilingual encoder)")
+        for i, seed in enumerate(self.controls.band_seeds):
+            if seed not in self.seeds:
+                raise ParamError(f"controls.band_seeds[{i}]: {seed} is not in seeds {self.seeds} (the band test runs "
+                                 f"on the ST baseline of that seed)")
         if self.multi.systems and len(self.pairs) < 2:
             raise ParamError(f"multi.systems: a multilingual model needs at least two pairs, got pairs {self.pairs}")
         from lib.model.config import model_config

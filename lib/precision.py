@@ -109,10 +109,10 @@ def autocast(device: torch.device, amp: str):
 BF16_MIN_SPEEDUP = 1.15
 PROBE_BATCHES = 17  # distinct training batches of the probe: 1 warm-up + 16 timed, each in both precisions
 # Version of the probe's method, part of the cache key: a cached answer of an older probe is measured again.
-# 2 (2026-11-25): each precision in its own process, the median of per-batch speedups over 16 batches
+# 2: each precision in its own process, the median of per-batch speedups over 16 batches
 # (1: both precisions interleaved in one process, the ratio of the mean step times over 8 batches: it
 # picked bf16 for ST at 1.12-1.18x, and those runs trained 0.82x as fast as fp32 ones).
-# 3 (2026-11-26): a median within PROBE_CONFIRM_BAND of the threshold is measured twice more and the
+# 3: a median within PROBE_CONFIRM_BAND of the threshold is measured twice more and the
 # median of the three decides (2 kept en-it's ST runs in fp32 on a probe of 1.06x, most likely taken
 # beside another training stage; alone, `python scripts/probe_precision.py` gives 1.40x and 1.47x).
 PROBE_VERSION = 3
@@ -137,9 +137,8 @@ def cpu_identity(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
     ``AMD EPYC (family 26, model 2, stepping 1)``. Virtual machines often report a bare model
     name ("AMD EPYC") for different CPU generations, whose bf16 speed-ups differ, and a home
     directory (hence the cache) may be shared between hosts; the numbers tell them apart. (The
-    default run's probes on this project's "AMD EPYC" hosts: ASR 1.52x and ST 1.35-1.40x in one
-    session, ASR 1.75x and ST 1.73-1.80x in another on family 26, model 2; the name alone cannot
-    say whether those were two CPU generations or one host, busier the first time.)"""
+    default run's probes on two machines that both report "AMD EPYC" gave ASR 1.52x / ST 1.35-1.40x
+    and ASR 1.75x / ST 1.73-1.80x; the name alone cannot tell such machines apart.)"""
     fields: dict[str, str] = {}
     try:
         with open(cpuinfo, encoding="utf-8") as f:
@@ -169,7 +168,7 @@ def time_training_steps(model_config: dict[str, Any], batches: list, amp: str, c
     built by the first (padded batches, whose few shapes a run meets again and again). Under
     ``torch.random.fork_rng``: the caller's RNG state is untouched."""
     from lib.model.s2t_transformer import ModelConfig, S2TTransformer
-    from lib.train.loop import Criterion
+    from lib.train.criterion import Criterion
 
     steps = []
     with torch.random.fork_rng(devices=[]):
@@ -252,8 +251,7 @@ def baseline_model_config(model_config: dict[str, Any]) -> dict[str, Any]:
     attention). So every system of a pair and data (local attention, smoothing, head selection)
     trains in the precision measured for its baseline, and a comparison with the baseline differs in
     the attention only, never in the precision: when each system had its own probe, en-de's baselines
-    trained in bf16 and its local models in fp32 in one run (2026-11-25, README "Precision and speed
-    on CPU"). A full-attention model's config is returned unchanged (its cache key too)."""
+    trained in bf16 and its local models in fp32 in one run. A full-attention model's config is returned unchanged (its cache key too)."""
     d = dict(model_config)
     if d.get("encoder_attention") is not None:
         d["encoder_attention"] = [{"type": "full"} for _ in d["encoder_attention"]]

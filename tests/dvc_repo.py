@@ -81,8 +81,8 @@ def copy_repo(dst: Path) -> None:
     """This repository's tracked (and untracked, not ignored) files into ``dst``, without the
     pipeline outputs (the committed benchmark results the report embeds are kept) and without
     dvc.lock: the copy records only its own runs. (DVC parses and rewrites the whole lock with a
-    pure-Python YAML parser around every stage it runs; copied, the default pipeline's lock made the
-    tiny repo's first `dvc repro` 1.37x slower: benchmarks/dvc_lock_overhead.py.)"""
+    pure-Python YAML parser around every stage it runs, so the default pipeline's large lock would
+    only slow the tiny repo's runs down.)"""
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split("\0")
     outputs = ("runs/", "reports/", "data/", "metrics/", "plots/")  # pipeline outputs: rebuilt by the run

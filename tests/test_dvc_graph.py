@@ -233,3 +233,56 @@ def test_committed_lock_holds_only_the_pipelines_stages() -> None:
     stale = sorted(set(lock["stages"]) - stages)
     assert not stale, f"dvc.lock has entries of stages the pipeline no longer has: {stale[:5]}"
     assert set(lock["stages"]) == stages, sorted(stages - set(lock["stages"]))[:5]
+
+
+def test_control_stages_follow_lib_layout(tmp_path: Path) -> None:
+    """The controls for Algorithm 1 exist only when listed: none by default; with `controls.systems` one
+    train_control stage per system x pair x seed, from the local system's ASR model and windows, with the
+    outputs lib/layout.py names; with `controls.band_seeds` one band_test per pair x seed on that seed's
+    baseline. The report is downstream of both."""
+    import shutil
+
+    import yaml
+    from dvc.repo import Repo
+
+    from lib import layout
+    from lib.layout import RunPaths
+
+    assert all("matrix" in STAGES[n] for n in ("train_control", "band_test"))  # per listed item only
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))
+    assert params["controls"]["systems"] == [] and params["controls"]["band_seeds"] == []
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
+    with Repo(str(tmp_path)) as repo:
+        assert not [s.name for s in repo.index.stages if s.name.startswith(("train_control", "band_test"))]
+    params["controls"].update(systems=["local_uniform", "local_shuffled"], band_seeds=[2])
+    params.update(pairs=["en-de", "en-it"], seeds=[1, 2])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    with Repo(str(tmp_path)) as repo:
+        stages = {s.name: s for s in repo.index.stages}
+        graph_edges = {(a.name, b.name) for a, b in repo.index.graph.edges}
+
+    def rel(path: Path) -> str:
+        return path.relative_to(tmp_path).as_posix()
+
+    controls = sorted(n for n in stages if n.startswith("train_control@"))
+    assert len(controls) == 2 * 2 * 2
+    for system in ("local_uniform", "local_shuffled"):
+        for pair in ("en-de", "en-it"):
+            for seed in (1, 2):
+                name = f"train_control@{system}-{pair}-{seed}"
+                run = RunPaths(tmp_path, "controls", pair, seed, variant=system)
+                assert {o.def_path for o in stages[name].outs} == {rel(run.model), rel(run.timing), rel(run.decoded),
+                                                                   rel(run.metrics), rel(run.curves)}
+                deps = {d.def_path for d in stages[name].deps}
+                assert {rel(RunPaths(tmp_path, "asr_local", pair).model), rel(layout.windows_json(tmp_path, pair))} <= deps
+                assert ("report", name) in graph_edges and (name, f"train_asr_local@{pair}") in graph_edges
+    assert sorted(n for n in stages if n.startswith("band_test@")) == ["band_test@en-de-2", "band_test@en-it-2"]
+    for pair in ("en-de", "en-it"):
+        name = f"band_test@{pair}-2"
+        assert {o.def_path for o in stages[name].outs} == {rel(layout.band_test_metrics(tmp_path, pair, 2)),
+                                                           rel(layout.band_test_plot(tmp_path, pair, 2))}
+        assert rel(RunPaths(tmp_path, "baseline", pair, 2).model) in {d.def_path for d in stages[name].deps}
+        assert ("report", name) in graph_edges and (name, f"select_windows@{pair}") in graph_edges

@@ -68,7 +68,7 @@ def test_repo_params_load() -> None:
     (lambda p: p.__setitem__("seeds", []), "seeds: empty"),
     (lambda p: p.__setitem__("seeds", [1, 2, 2]), "seeds: duplicates"),
     (lambda p: p.__setitem__("pairs", ["en-de", "en-de"]), "pairs: duplicates"),
-    # attention smoothing (specs/variants.md §1.5 item 11): every bad definition stops before training
+    # attention smoothing (docs/variants.md): every bad definition stops before training
     (lambda p: p["smoothing"].__setitem__("systems", ["recursive"]), "smoothing.systems[0]: unknown system 'recursive'"),
     (lambda p: p["smoothing"].__setitem__("asr_systems", ["rec"]), "smoothing.asr_systems[0]: 'rec' is not in"),
     (lambda p: p["smoothing"].update(pairs=["en-fr"], systems=["rec"]), "smoothing.pairs[0]: 'en-fr' is not in pairs"),
@@ -178,8 +178,8 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
-# What profiles/demo-fast.yaml changes (README, "A faster setting"): the default of commit c64b834,
-# the values of its measured run (reports/default_06bc4e9/).
+# What profiles/demo-fast.yaml changes (docs/results.md, "A faster setting"): the values of
+# its measured run.
 DEMO_FAST = {"corpus.splits.train": 1500, "asr.fork_updates": 400, "train_asr.max_updates": 2400,
              "train_asr.ctc_weight": 0.3, "train_asr.amp": "auto", "train_st.max_updates": 270,
              "train_st.eval_every": 270, "train_st.save_every": 60, "train_st.average_last": 2,
@@ -195,3 +195,52 @@ def test_demo_fast_profile_is_params_with_exactly_its_ten_changes() -> None:
     differing = {k: fast[k] for k in params if params[k] != fast[k]}
     assert differing == DEMO_FAST
     load_params(REPO / "profiles" / "demo-fast.yaml")  # valid as a params file
+
+
+def test_multi_max_updates_follows_the_bilingual_length(tmp_path: Path) -> None:
+    """multi.max_updates null (the default) = 3 x train_st.max_updates, recomputed when train_st changes
+    (train_multi depends on the whole train_st section); a number overrides it."""
+    p = load_params(REPO / "params.yaml")
+    assert p.multi.max_updates is None and p.multi.head_selection.anneal_updates is None
+    assert p.multi.run_updates(p.train_st.max_updates) == 3 * p.train_st.max_updates
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["train_st"]["max_updates"] = 100
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    q = load_params(path)
+    assert q.multi.run_updates(q.train_st.max_updates) == 300
+    raw["multi"]["max_updates"] = 77
+    path.write_text(yaml.safe_dump(raw))
+    assert load_params(path).multi.run_updates(100) == 77
+    raw["multi"]["max_updates"] = 0
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ParamError, match=r"multi\.max_updates"):
+        load_params(path)
+    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["train_multi"]
+    assert "train_st" in stage["params"] and "multi.max_updates" in stage["params"]
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("train_st.variant_lr", 0.01, r"train_st\.variant_lr"),
+    ("smoothing.variant_lr", 0.0, r"smoothing\.variant_lr"),
+    ("multi.head_selection.variant_lr", -1.0, r"multi\.head_selection\.variant_lr"),
+    ("multi.head_selection.estimator", "straight", r"multi\.head_selection\.estimator"),
+    ("multi.head_selection.noise_end", 2.0, r"multi\.head_selection\.noise_start / noise_end"),
+])
+def test_variant_lr_and_estimator_keys_are_checked(tmp_path: Path, key: str, value, needle: str) -> None:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    node = raw
+    *parents, last = key.split(".")
+    for k in parents:
+        node = node[k]
+    node[last] = value
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ParamError, match=needle):
+        load_params(path)
+
+
+def test_smoothing_stages_rerun_when_variant_lr_changes() -> None:
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    for name in ("train_smoothing", "train_asr_smoothing"):
+        assert "smoothing.variant_lr" in stages[name]["params"]

@@ -235,7 +235,7 @@ def test_results_round_trip_through_a_dvc_remote(tiny_repo: Path, tmp_path: Path
 
 @pytest.mark.slow
 def test_exp_run_then_metrics_diff_shows_the_change(tiny_repo: Path) -> None:
-    """What a user does (issue 9's loop: a trial, then its attention-health metrics side by side):
+    """What a user does (a trial, then its attention-health metrics side by side):
     commit the results, run an experiment with one param changed, diff metrics. A health-check
     param reruns the health stages and the report only; no model is retrained."""
     git_commit(tiny_repo, "results")
@@ -317,7 +317,7 @@ def test_parallel_seed_recipe_gathers_from_the_run_cache(tiny_repo: Path) -> Non
 
 @pytest.mark.slow
 def test_exp_run_with_smoothing_systems(tiny_repo: Path) -> None:
-    """specs/variants.md §1.5 item 12: `dvc exp run -S smoothing.systems=[...]` trains only the smoothed
+    """docs/variants.md: `dvc exp run -S smoothing.systems=[...]` trains only the smoothed
     systems (from the baseline's ASR model, or a smoothed one for asr_systems), measures the attention's
     peakiness against the baseline of the same seed, and the report adds the table, figure and flat keys."""
     import torch
@@ -350,7 +350,7 @@ def test_exp_run_with_smoothing_systems(tiny_repo: Path) -> None:
     assert rec["baseline_attn_diag"] == band["baseline_attn_diag"]
     assert json.loads((tiny_repo / "metrics/variants/smoothing_asr/rec_pred_all/en-de.json").read_text())["wer"] >= 0
     report = (tiny_repo / "reports/report.md").read_text()
-    section = report.split("## Attention smoothing with priors (seed 002)")[1]
+    section = report.split("## Attention smoothing with priors (Maekaku et al.)")[1]
     assert "| rec_pred_all |" in section and "| band |" in section and "| Q6 |" in section
     assert (tiny_repo / "plots/variants/smoothing/en-de.png").stat().st_size > 0
     summary = json.loads((tiny_repo / "metrics/summary.json").read_text())
@@ -361,7 +361,7 @@ def test_exp_run_with_smoothing_systems(tiny_repo: Path) -> None:
 
 @pytest.mark.slow
 def test_exp_run_with_multilingual_head_selection(tiny_repo: Path) -> None:
-    """specs/variants.md §2.6 item 12: `dvc exp run -S multi.systems=[baseline,group]` trains one
+    """docs/variants.md: `dvc exp run -S multi.systems=[baseline,group]` trains one
     multilingual model per system over the tiny repo's two pairs (from the en-de ASR model), decodes
     each pair, writes the selections and heatmaps, and the report adds the table and flat keys; the
     bilingual runs are untouched."""
@@ -401,7 +401,7 @@ def test_exp_run_with_multilingual_head_selection(tiny_repo: Path) -> None:
         else:
             assert selection == {"init": {}, "final": {}} and m["selection_changed_fraction"] is None
     report = (tiny_repo / "reports/report.md").read_text()
-    section = report.split("## Multilingual ST with attention head selection (seed 004)")[1]
+    section = report.split("## Multilingual ST with attention head selection (Gong et al.)")[1]
     assert "| baseline (H heads, tag only) |" in section and "| group (group selection) |" in section
     assert "head_sharing_encoder" in section
     summary = json.loads((tiny_repo / "metrics/summary.json").read_text())

@@ -1,6 +1,6 @@
 """Attention health of a trained encoder: does its self-attention learn anything, and is it local?
 
-The cheap check of the demo diagnosis (README, "Why the first demo learned no locality"), run on a
+The cheap check of the demo diagnosis (docs/locality-study.md), run on a
 trained model before paying for ST or local-attention runs. Per model, on ``samples`` sentences:
 
 1. **Input health** (:func:`input_health`): ``position_share`` = rms(sinusoidal positions) /
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -48,6 +48,9 @@ __all__ = [
     "HealthAccumulator",
     "band_mass",
     "band_test",
+    "band_test_configs",
+    "band_test_stage",
+    "band_test_table",
     "input_health",
     "uniform_band_expectation",
     "with_local_layers",
@@ -222,15 +225,72 @@ def teacher_forced(model: S2TTransformer, batches: Sequence[Any], pad_idx: int) 
 
 def band_test(model: S2TTransformer, batches: Sequence[Any], *, full_layers: int,
               windows: Sequence[int] = BAND_TEST_WINDOWS, algorithm1: Sequence[int] | None = None,
-              pad_idx: int = 1) -> dict[str, dict[str, float]]:
-    """Point 5 of the module docstring: ``{"full": {...}, "w1": {...}, ..., "alg1": {...}}``."""
+              pad_idx: int = 1, extra: Mapping[str, Sequence[int]] | None = None) -> dict[str, dict[str, float]]:
+    """Point 5 of the module docstring: ``{"full": {...}, "w1": {...}, ..., "alg1": {...}}``, then one
+    entry per name of ``extra`` (name -> one window per local layer, e.g. the controls of
+    :func:`band_test_table`). A configuration whose windows were already evaluated is not run again."""
     n_local = model.cfg.encoder_layers - full_layers
+    done: dict[tuple[int, ...], dict[str, float]] = {}
+
+    def local(ws: Sequence[int]) -> dict[str, float]:
+        key = tuple(int(w) for w in ws)
+        if key not in done:
+            done[key] = teacher_forced(with_local_layers(model, list(key), full_layers), batches, pad_idx)
+        return dict(done[key])
+
     out = {"full": teacher_forced(model.eval(), batches, pad_idx)}
     for w in windows:
-        out[f"w{w}"] = teacher_forced(with_local_layers(model, [w] * n_local, full_layers), batches, pad_idx)
+        out[f"w{w}"] = local([w] * n_local)
     if algorithm1 is not None:
-        out["alg1"] = teacher_forced(with_local_layers(model, list(algorithm1), full_layers), batches, pad_idx)
+        out["alg1"] = local(algorithm1)
+    for name, ws in (extra or {}).items():
+        if name in out:
+            raise ValueError(f"band test: configuration {name!r} given twice")
+        out[name] = local(ws)
     return out
+
+
+def band_test_configs(algorithm1: Sequence[int], *, windows: Sequence[int] = BAND_TEST_WINDOWS,
+                      shuffle_seed: int = 1) -> dict[str, list[int] | None]:
+    """The configurations of the band-test table (stage band_test), name -> one window per local layer
+    (None: full attention): ``full``, ``w<w>`` for w = 1 and every w of ``windows`` (ascending),
+    ``alg1`` (Algorithm 1's windows), ``uniform`` (one window, their mean rounded to the nearest odd
+    width, ties up) and ``shuffled`` (them permuted with ``shuffle_seed``): the controls of
+    lib.model.spec, the windows the systems of stage train_control train with."""
+    from lib.model.spec import control_windows
+
+    alg1 = [int(w) for w in algorithm1]
+    n = len(alg1)
+    out: dict[str, list[int] | None] = {"full": None}
+    for w in sorted({1, *(int(w) for w in windows)}):
+        out[f"w{w}"] = [w] * n
+    out["alg1"] = alg1
+    out["uniform"] = control_windows("local_uniform", alg1, shuffle_seed=shuffle_seed, key="Algorithm 1's windows")
+    out["shuffled"] = control_windows("local_shuffled", alg1, shuffle_seed=shuffle_seed, key="Algorithm 1's windows")
+    return out
+
+
+def band_test_table(model: S2TTransformer, batches: Sequence[Any], *, full_layers: int, algorithm1: Sequence[int],
+                    windows: Sequence[int] = BAND_TEST_WINDOWS, shuffle_seed: int = 1,
+                    pad_idx: int = 1) -> dict[str, dict[str, Any]]:
+    """The band test of every configuration of :func:`band_test_configs` (no retraining): per name the
+    windows of layers full_layers+1..L, their mean width, teacher-forced NLL and token accuracy, and
+    ``gap_recovered`` = (acc − acc(w = 1)) / (acc(full) − acc(w = 1)), the share of the w = 1 -> full
+    accuracy gap the configuration recovers (None when full attention is not better than w = 1)."""
+    configs = band_test_configs(algorithm1, windows=windows, shuffle_seed=shuffle_seed)
+    n_local = model.cfg.encoder_layers - full_layers
+    if len(configs["alg1"]) != n_local:
+        raise ValueError(f"band test: {len(configs['alg1'])} Algorithm 1 windows for {n_local} local layers "
+                         f"(layers {full_layers + 1}..{model.cfg.encoder_layers})")
+    res = band_test(model, batches, full_layers=full_layers, windows=[], pad_idx=pad_idx,
+                    extra={k: v for k, v in configs.items() if v is not None})
+    gap = res["full"]["acc"] - res["w1"]["acc"]
+    rows: dict[str, dict[str, Any]] = {}
+    for name, ws in configs.items():
+        rows[name] = {"windows": ws, "mean_window": None if ws is None else _r(sum(ws) / len(ws), 4),
+                      **res[name],
+                      "gap_recovered": _r((res[name]["acc"] - res["w1"]["acc"]) / gap) if gap > 0 else None}
+    return rows
 
 
 def model_health(model: S2TTransformer, window_ds: Any, indices: Sequence[int], band_ds: Any, *, ap: AnalysisParams,
@@ -280,7 +340,7 @@ def summarize(result: dict[str, Any], full_layers: int, head_threshold: float = 
     if result.get("algorithm1_windows"):
         windows = result["algorithm1_windows"]
         out["alg1_windows_ge3"] = int(sum(w >= 3 for w in windows))
-        if len(windows) > 1:  # issue 9: do the windows grow with depth (paper en-de, layers 4-12: +0.96)
+        if len(windows) > 1:  # do the windows grow with depth (paper en-de, layers 4-12: +0.96)
             out["alg1_windows_rho"] = _r(spearman(range(len(windows)), windows))
     if "full" in bt and "w1" in bt:
         gap = bt["full"]["acc"] - bt["w1"]["acc"]
@@ -354,4 +414,37 @@ def health_stage(model_path: Any, prepared: Any, role: str, pair: str, *, ap: An
     plot_health(result, plot_path, threshold=ap.threshold, full_layers=ap.full_layers,
                 title=f"{pair} {role.upper()} model: attention health ({result['sentences']} "
                       f"{ap.window_split} sentences, mean N = {result['tokens_mean']}; band test on {hp.band_split})")
+    return result
+
+
+def band_test_stage(model_path: Any, prepared: Any, pair: str, seed: int, *, algorithm1: Sequence[int],
+                    full_layers: int, hp: HealthParams, shuffle_seed: int, metrics_path: Any,
+                    producer: str, windows_from: str, max_frames: int = 20000) -> dict[str, Any]:
+    """What the band_test stage does for one pair and seed: :func:`band_test_table` of the ST model at
+    ``model_path`` on every sentence of ``health.band_split`` (teacher-forced, as health_st's band test),
+    with ``algorithm1`` (the local system's windows, named by ``windows_from``) and the ``health.band_windows``.
+    Writes the table (``metrics_path``; its figure is lib.report.band_plot's) and returns it."""
+    from pathlib import Path
+
+    from lib.analysis.extract import load_model
+    from lib.data.dataset import PAD_ID, SpeechDataset, batch_by_frames, collate
+    from lib.io import atomic_write_json
+
+    prepared = Path(prepared)
+    if not (prepared / f"{hp.band_split}.tsv").is_file():
+        raise FileNotFoundError(f"{prepared / f'{hp.band_split}.tsv'}: prepared manifest not found "
+                                f"(run `dvc repro prepare` first)")
+    model, meta = load_model(model_path, producer=producer)
+    band_ds = SpeechDataset(prepared, hp.band_split, meta.get("task", "st"),
+                            vocab_dir=prepared.parent / (meta.get("pair") or pair))
+    batches = [collate(band_ds, b) for b in batch_by_frames(band_ds.n_frames, max_frames, shuffle=False)]
+    rows = band_test_table(model, batches, full_layers=full_layers, algorithm1=algorithm1, windows=hp.band_windows,
+                           shuffle_seed=shuffle_seed, pad_idx=PAD_ID)
+    model_abs, here = Path(model_path).resolve(), Path.cwd().resolve()
+    result = {"pair": pair, "seed": seed,
+              "model": model_abs.relative_to(here).as_posix() if model_abs.is_relative_to(here) else str(model_path),
+              "band_split": hp.band_split, "sentences": len(band_ds), "full_layers": full_layers,
+              "windows_from": windows_from, "shuffle_seed": shuffle_seed, "rows": rows,
+              "order": list(rows)}  # the file's keys are sorted: the table's order of configurations
+    atomic_write_json(metrics_path, result)
     return result

@@ -37,9 +37,9 @@ keys as keyword arguments of ``__init__`` and registers itself with
             return res if need_weights else (res, None)
 
 Registered variants: ``full``, ``local`` (the paper's Section 4), ``banded`` (local through a dense
-mask, analysis only), ``smooth`` (attention-weight smoothing with prior distributions, seed 002:
-:class:`SmoothedAttention`, specs/variants.md §1) and ``head_select`` (per-task selection of H of H'
-candidate heads, seed 004: :class:`HeadSelectionAttention`, specs/variants.md §2).
+mask, analysis only), ``smooth`` (attention-weight smoothing with prior distributions, Maekaku et al.:
+:class:`SmoothedAttention`, docs/variants.md) and ``head_select`` (per-task selection of H of H'
+candidate heads, Gong et al.: :class:`HeadSelectionAttention`, docs/variants.md).
 
 Hooks for the later systems:
 
@@ -50,7 +50,7 @@ Hooks for the later systems:
   need. ``attend`` returns ``(ctx, weights)`` or ``(ctx, weights, carry)``: ``weights`` are the
   *effective* weights that multiplied V (analysis, contributions), ``carry`` what the next layer
   receives as ``prev_attn`` (default: ``weights``; non-recursive smoothing hands on the *raw*
-  softmax instead, specs/variants.md §0.1).
+  softmax instead, docs/variants.md).
 * ``task`` -- a (B,) long tensor of task ids (target-language index) that reaches every encoder
   attention module (per-task head selection). ``proj_heads`` lets a head-selection variant
   project more candidate heads (H' > H) than it merges.
@@ -71,7 +71,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lib.model.config import head_selection_options, smoothing_options
+from lib.model.config import BAND_INIT_LOGIT, head_selection_options, smoothing_options
 from lib.model.dropout import dropout
 
 __all__ = [
@@ -127,7 +127,7 @@ def explicit_on_cpu(q: Tensor) -> bool:
     than ``F.scaled_dot_product_attention``: for one query row (an incremental decoding step), where
     SDPA's CPU flash kernel has a large fixed cost per call, and in bf16, where it is slower than two
     bf16 matmuls. ``python benchmarks/attention_core.py`` prints both paths for the demo's shapes
-    (README "Benchmarks"). Same math; the last bits differ."""
+    (docs/benchmarks.md). Same math; the last bits differ."""
     return q.size(-2) == 1 or q.dtype == torch.bfloat16
 
 
@@ -300,7 +300,7 @@ class SelfAttention(nn.Module):
             # The projections ran in low precision under autocast; the core (scores, softmax,
             # weighted sum, and their backward) runs in fp32 with autocast off, as CUDA's autocast
             # keeps softmax (CPU's leaves all of it in bf16). Opt-in (model.overrides.attention_fp32):
-            # measured in README "Precision and speed on CPU", it costs ≈ 11 % of a bf16 step of the
+            # measured (docs/pipeline.md, precision), it costs ≈ 11 % of a bf16 step of the
             # full-attention model and moved 5-seed BLEU by no more than the seeds' spread.
             dtype = q.dtype
             if prev_attn is not None:
@@ -317,6 +317,33 @@ class SelfAttention(nn.Module):
         if not need_weights:
             return AttentionOutput(out=out, weights=None, carry=None)
         return AttentionOutput(out=out, weights=weights, carry=carry)
+
+    # -- the encoder's packed (varlen) layout on CUDA (lib/model/local_attention.py, "CUDA paths") -------
+
+    def packable(self) -> bool:
+        """Whether :meth:`forward_packed` can stand in for :meth:`forward` (no weights asked for): only the
+        plain ``full`` and ``local`` variants (not their subclasses), without the relative-position bias,
+        fp32 core or previous-layer input. Others keep the encoder in the padded layout."""
+        return False
+
+    def packed_window(self) -> int | None:
+        """The window of the packed core (None: full attention)."""
+        return None
+
+    def forward_packed(self, x: Tensor, packing) -> Tensor:
+        """x (T, d), the valid rows of the batch end to end (``packing``: a
+        :class:`lib.model.local_attention.Packing`) -> (T, d): the same projections and output projection
+        as :meth:`forward`, the core by :func:`lib.model.local_attention.packed_attention`."""
+        from lib.model.local_attention import packed_attention
+
+        T = x.shape[0]
+
+        def split(t: Tensor) -> Tensor:
+            return t.view(T, self.proj_heads, self.head_dim)
+
+        ctx = packed_attention(split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x)), packing,
+                               self.packed_window(), dropout_p=self.dropout, training=self.training)
+        return self.out_proj(ctx.reshape(T, self.n_heads * self.head_dim))
 
     def extra_repr(self) -> str:
         return (
@@ -372,6 +399,10 @@ class FullAttention(SelfAttention):
         )
         return ctx, None
 
+    def packable(self) -> bool:
+        return type(self) is FullAttention and self.rel_pos_bias is None and not self.core_fp32 \
+            and not self.needs_prev_attn
+
 
 @register_attention("local")
 class LocalAttention(SelfAttention):
@@ -393,9 +424,16 @@ class LocalAttention(SelfAttention):
         self.window = window
 
     def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
-        from lib.model.local_attention import dense_band_is_cheaper, local_attention  # optional kernel module
+        from lib.model.local_attention import attention_path, local_attention, sdpa_band_attention
 
-        if not need_weights and dense_band_is_cheaper(q.shape[2], q.dtype, q.device):
+        # The kernel for this call (lib.model.local_attention.attention_path): on CPU the blocked kernel,
+        # or the dense band for short 16-bit sequences, as before; on CUDA in this (padded) layout SDPA
+        # with a band mask (the encoder's packed layout takes FlashAttention-2: forward_packed).
+        path = attention_path(q.device.type, q.dtype, q.shape[-1], q.shape[2], need_weights=need_weights)
+        if path == "sdpa_band":
+            return sdpa_band_attention(q, k, v, self.window, key_padding_mask, dropout_p=self.dropout,
+                                       training=self.training), None
+        if path == "dense_band":
             # Short sequences in bf16 on CPU: the same band as a dense masked score matrix, through
             # full attention's explicit path (fast dropout mask); the blocked kernel's small matmuls
             # cost more there (lib/model/local_attention.py, DENSE_BAND_MAX_LEN). Padded query rows
@@ -414,6 +452,12 @@ class LocalAttention(SelfAttention):
         idx = torch.arange(n, device=band.device)[:, None] + torch.arange(self.window, device=band.device)
         dense.scatter_(-1, idx.expand(*band.shape[:2], n, self.window), band)
         return ctx, dense[..., half:half + n]  # (B, H, N, N)
+
+    def packable(self) -> bool:
+        return type(self) is LocalAttention and not self.core_fp32 and not self.needs_prev_attn
+
+    def packed_window(self) -> int | None:
+        return self.window
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, window={self.window}"
@@ -442,16 +486,16 @@ class BandedAttention(FullAttention):
 
 
 # ----------------------------------------------------------------------------------------
-# Smoothing with prior distributions (seed 002, Maekaku et al. 2022; specs/variants.md §1)
+# Smoothing with prior distributions (Maekaku et al. 2022; docs/variants.md)
 # ----------------------------------------------------------------------------------------
 
 
 def band_logit_matrix(b: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """The seed's band matrix of the truncated prior (specs/variants.md §1.2), closed form.
+    """The paper's band matrix of the truncated prior (docs/variants.md), closed form.
 
     Seed construction (0-based): a zero matrix Z (N, N + k - 1), row i gets ``b`` in columns
     i .. i + k - 1, keep N columns from c0 = ceil(k / 2) - 1. Equivalently
-    ``Bl[i, j] = b[j - i + c0]`` if ``0 <= j - i + c0 < k``, else 0 (logit 0, not -inf: §1.4 A3).
+    ``Bl[i, j] = b[j - i + c0]`` if ``0 <= j - i + c0 < k``, else 0 (logit 0, not -inf: reading A3).
     Odd k = 2m + 1: centred, b[m] on the diagonal; even k (only reachable by calling this
     directly; specs reject it): lopsided one step to the future.
 
@@ -472,24 +516,45 @@ def band_logit_matrix(b: Tensor, n: int) -> tuple[Tensor, Tensor]:
 
 
 def uniform_prior(allowed: Tensor, dtype: torch.dtype) -> Tensor:
-    """Uniform prior over the allowed keys (specs/variants.md §1.2, §1.4 A1): ``allowed`` (..., N_q, N_k)
+    """Uniform prior over the allowed keys (docs/variants.md): ``allowed`` (..., N_q, N_k)
     bool -> (..., N_q, N_k) with 1 / #allowed on the allowed keys (1 / T_b over valid frames, 1 / (i+1)
     over a causal prefix, 1 / |W_i| on a window), 0 elsewhere, all-zero rows where nothing is allowed."""
     m = allowed.to(dtype)
     return m / m.sum(-1, keepdim=True).clamp_min(1.0)
 
 
-def predicted_gate(q: Tensor, c: Tensor) -> Tensor:
-    """Predicted interpolation coefficient g_{b,h,i} = σ(q_{b,h,i} · c_h) (§1.2, §1.4 A6): the seed's
+def predicted_gate(q: Tensor, c: Tensor, b: Tensor | None = None) -> Tensor:
+    """Predicted interpolation coefficient g_{b,h,i} = σ(q_{b,h,i} · c_h) (docs/variants.md, reading A6): the paper's
     σ(X' W^q c) split into per-head partial dot products. q (B, H, N, dh) unscaled (bias included),
-    c (H · dh,) -> g (B, H, N, 1)."""
+    c (H · dh,) -> g (B, H, N, 1). ``b`` (H,): a per-head bias inside the sigmoid, σ(q · c_h + b_h)
+    (``gate_bias``, initialised to logit(gate_init) so that g starts at γ; None: no bias)."""
     H, dh = q.shape[1], q.shape[3]
-    return torch.sigmoid((q * c.view(H, dh)[None, :, None, :]).sum(-1, keepdim=True))  # (B, H, N, 1)
+    z = (q * c.view(H, dh)[None, :, None, :]).sum(-1, keepdim=True)  # (B, H, N, 1)
+    if b is not None:
+        z = z + b.to(z.dtype)[None, :, None, None]
+    return torch.sigmoid(z)
+
+
+def gate_bias_init(n_heads: int, gate_init: float) -> Tensor:
+    """(H,) the predicted gate's bias at initialisation: logit(gate_init), so that with the gate
+    vector c = 0 every g = σ(b_h) = gate_init exactly where the fixed-γ systems start."""
+    return torch.full((n_heads,), math.log(gate_init) - math.log1p(-gate_init))
+
+
+def band_logits_init(shape: tuple[int, ...], width: int) -> Tensor:
+    """The band prior's logits b (..., k) at initialisation: :data:`BAND_INIT_LOGIT` (ln 100) on the
+    centred ``width`` entries (offsets |j - i| <= (width - 1) / 2), 0 on the rest, so the prior starts
+    as a band of that width instead of uniform (b = 0, the paper's zero init)."""
+    k = shape[-1]
+    b = torch.zeros(shape)
+    lo = (k - width) // 2  # both odd: the centre entry m = (k - 1) / 2 and (width - 1) / 2 either side
+    b[..., lo:lo + width] = BAND_INIT_LOGIT
+    return b
 
 
 @register_attention("smooth")
 class SmoothedAttention(SelfAttention):
-    """Attention-weight smoothing with a prior (seed 002; specs/variants.md §1.2, §1.4):
+    """Attention-weight smoothing with a prior (Maekaku et al.; docs/variants.md):
 
         A'_l = (1 - γ) A_l + γ P_l            ctx = dropout(A'_l) V
 
@@ -497,17 +562,22 @@ class SmoothedAttention(SelfAttention):
     inside the window when ``window`` is set) and P_l a row-stochastic prior over the same keys:
 
     * ``uniform`` (relaxed attention): P[b, i, j] = m_b[j] / T_b with T_b the *valid* length
-      (§1.4 A1; the seed's "length of the subsampling", which Espresso reads as the padded length).
+      (reading A1; the paper's "length of the subsampling", which Espresso reads as the padded length).
     * ``band`` (truncated prior): P[i, :] = masked softmax of the band logits Bl[i, :]
       (:func:`band_logit_matrix`), ``band_logits`` b (k,) per layer shared by the heads, or (H, k)
-      with ``per_head`` (A4), zeros at init (b = 0 gives the uniform prior). ``band_outside:
+      with ``per_head`` (A4). At init b is a band (:func:`band_logits_init`): ln 100 on the centred
+      ``band_init_width`` entries (default k; the layer's local window, Algorithm 1's, when the
+      definition smooths the local model: lib.model.spec.smoothing_spec), 0 elsewhere; the paper's
+      b = 0 would start (and, under Adam's step cap, stay near) the uniform prior. ``band_outside:
       masked`` puts -inf instead of 0 off the band (a true box prior).
     * ``prev``: P = the previous layer's carry, head h with head h (A5): its raw weights A_{l-1}
       (``recursive: false``), or Ā_{l-1} (``recursive: true``: Ā_l = A'_l for smoothed layers, A_l
       otherwise). Layer 1 has no layer below (A2): ValueError at run time if no prev_attn arrives.
     * ``gamma: predicted`` (with ``prev``, recursive): γ is replaced per head and query by
-      g = σ(q_{b,h,i} · c_h) (B, H, N, 1), q the unscaled projected query (bias included, W^q
-      shared with attention, not detached), ``gate_vector`` c (H·dh,) zeros at init (g = 0.5; A6).
+      g = σ(q_{b,h,i} · c_h + b_h) (B, H, N, 1), q the unscaled projected query (bias included, W^q
+      shared with attention, not detached), ``gate_vector`` c (H·dh,) zeros at init and ``gate_bias``
+      b (H,) at logit(``gate_init``), so g starts at ``gate_init`` (default γ = 0.1, where the fixed-γ
+      systems are; the paper's bias-free gate starts at 0.5; A6).
 
     ``window`` w (local attention underneath): A_l and P_l are both restricted to
     W_i = {j valid: |i - j| <= (w - 1) / 2} and P renormalised there (uniform -> 1/|W_i|, band ->
@@ -515,17 +585,18 @@ class SmoothedAttention(SelfAttention):
     O(N^2) path: no speed is claimed.
 
     ``train_only`` (relaxed attention, Q5/A8): smoothing in training only; at inference the layer
-    is exactly the plain full (or local) attention. Default False as in §1.3's class signature
+    is exactly the plain full (or local) attention. Default False as in docs/variants.md's class signature
     (the relaxed defs of params.yaml set it to true explicitly).
 
     Returned ``weights`` are A' before dropout; the ``carry`` to the next layer is the raw A_l for
     non-recursive ``prev`` (A9) and A'_l otherwise. Gradients flow through the prior (nothing
     detached). Padding: valid rows of A' sum to 1 over the valid keys, padded keys get exactly 0 in
     every row, rows without any allowed key (an all-padding sample, a padded query whose window is
-    all padding) are all-zero and finite. Parameter names ``band_logits`` / ``gate_vector`` are
-    variant-only, so a full-attention checkpoint loads with them reported as missing.
+    all padding) are all-zero and finite. Parameter names ``band_logits`` / ``gate_vector`` /
+    ``gate_bias`` are variant-only (:data:`VARIANT_PARAMETER_NAMES`: their own optimizer group,
+    lib.train.loop.make_optimizer), so a full-attention checkpoint loads with them reported as missing.
 
-    Deviations from the seed (which the spec settles): T_b is the valid length (A1); layer 1 takes
+    Deviations from the paper (readings in docs/variants.md): T_b is the valid length (A1); layer 1 takes
     no ``prev`` prior (A2); off-band logits are 0 (A3); k must be odd (A3).
     """
 
@@ -542,11 +613,14 @@ class SmoothedAttention(SelfAttention):
         k: int | None = None,
         band_outside: str = "literal",
         per_head: bool = False,
+        gate_init: float | None = None,
+        band_init_width: int | None = None,
         window: int | None = None,
         rel_pos_max: int = 0,
     ) -> None:
         opts = smoothing_options(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
-                                 band_outside=band_outside, per_head=per_head, key="smooth")
+                                 band_outside=band_outside, per_head=per_head, gate_init=gate_init,
+                                 band_init_width=band_init_width, key="smooth")
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1
                                    or window % 2 == 0):
             raise ValueError(f"smooth.window: must be a positive odd integer or None, got {window!r}")
@@ -562,10 +636,14 @@ class SmoothedAttention(SelfAttention):
         self.band_outside: str = opts["band_outside"]
         self.per_head: bool = opts["per_head"]
         self.window: int | None = window
-        self.needs_prev_attn = self.prior == "prev"  # per instance (§0.1)
+        self.needs_prev_attn = self.prior == "prev"  # per instance (docs/variants.md)
+        self.gate_init: float | None = opts["gate_init"]
+        self.band_init_width: int | None = opts["band_init_width"]
         band_shape = (n_heads, self.k) if self.per_head else (self.k,)
-        self.band_logits = nn.Parameter(torch.zeros(band_shape)) if self.prior == "band" else None
+        self.band_logits = nn.Parameter(band_logits_init(band_shape, self.band_init_width)) \
+            if self.prior == "band" else None
         self.gate_vector = nn.Parameter(torch.zeros(n_heads * self.head_dim)) if self.gamma == "predicted" else None
+        self.gate_bias = nn.Parameter(gate_bias_init(n_heads, self.gate_init)) if self.gamma == "predicted" else None
 
     @property
     def active(self) -> bool:
@@ -593,7 +671,7 @@ class SmoothedAttention(SelfAttention):
         return torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0)
 
     def prior_weights(self, allowed: Tensor, prev_attn: Tensor | None, dtype: torch.dtype) -> Tensor:
-        """P_l (B | 1, H | 1, N, N) of §1.2, row-stochastic over the allowed keys (renormalised on
+        """P_l (B | 1, H | 1, N, N) of docs/variants.md, row-stochastic over the allowed keys (renormalised on
         the window), exactly 0 on the other keys."""
         n = allowed.shape[-1]
         if self.prior == "uniform":
@@ -606,7 +684,7 @@ class SmoothedAttention(SelfAttention):
             return torch.softmax(logits[None] + mask_bias(~ok, dtype), dim=-1).masked_fill(~ok, 0.0)
         if prev_attn is None:
             raise ValueError("smooth (prior: prev) got no prev_attn: the first encoder layer has no layer below "
-                             "(specs/variants.md §1.4 A2)")
+                             "(docs/variants.md)")
         p = prev_attn.to(dtype).masked_fill(~allowed, 0.0)  # (B, H, N, N)
         if self.window is None:
             return p  # rows of A_{l-1} already sum to 1 over the valid keys
@@ -614,8 +692,8 @@ class SmoothedAttention(SelfAttention):
         return p / torch.where(total > 0, total, torch.ones_like(total))  # all-zero rows stay 0, no 0/0
 
     def gate(self, q: Tensor) -> Tensor:
-        """Predicted coefficient g = σ(q_{b,h,i} · c_h): q (B, H, N, dh) unscaled -> (B, H, N, 1)."""
-        return predicted_gate(q, self.gate_vector)
+        """Predicted coefficient g = σ(q_{b,h,i} · c_h + b_h): q (B, H, N, dh) unscaled -> (B, H, N, 1)."""
+        return predicted_gate(q, self.gate_vector, self.gate_bias)
 
     def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
         if not self.active:  # relaxed attention at inference: the very code of the plain layer
@@ -637,16 +715,19 @@ class SmoothedAttention(SelfAttention):
             extra += ", train_only=True"
         if self.prior == "band":
             extra += f", k={self.k}, band_outside={self.band_outside}" + (", per_head=True" if self.per_head else "")
+            extra += f", band_init_width={self.band_init_width}"
+        if self.gate_init is not None:
+            extra += f", gate_init={self.gate_init}"
         if self.window is not None:
             extra += f", window={self.window}"
         return super().extra_repr() + extra
 
 
 # ----------------------------------------------------------------------------------------
-# Attention head selection (seed 004, Gong et al. 2021; specs/variants.md §2)
+# Attention head selection (Gong et al. 2021; docs/variants.md)
 # ----------------------------------------------------------------------------------------
 
-#: The selector temperature of the seed's public code (its constructor default); §2.4 B5.
+#: The selector temperature of the paper's public code (its constructor default); reading B5.
 DEFAULT_HEAD_SELECTION_TAU = 5.0
 
 
@@ -654,8 +735,8 @@ def logistic_noise(shape: tuple[int, ...], *, device: torch.device, dtype: torch
     """ε = log u − log(1 − u), u ~ U(0, 1) from the global torch RNG (so a resumed run replays it).
 
     This is the difference of two independent Gumbel(0, 1) draws (a Logistic(0, 1) variable), i.e.
-    exactly the noise of the seed's two-class Gumbel-softmax (its Eq. 4) once the two logits are
-    folded into one, φ = φ(1) − φ(0) (§2.3). u = 0 (possible: ``torch.rand`` is in [0, 1)) is
+    exactly the noise of the paper's two-class Gumbel-softmax (its Eq. 4) once the two logits are
+    folded into one, φ = φ(1) − φ(0) (docs/variants.md). u = 0 (possible: ``torch.rand`` is in [0, 1)) is
     nudged to the smallest normal number so that ε stays finite."""
     u = torch.rand(shape, device=device, dtype=dtype).clamp_min_(torch.finfo(dtype).tiny)
     return torch.log(u) - torch.log1p(-u)
@@ -664,10 +745,13 @@ def logistic_noise(shape: tuple[int, ...], *, device: torch.device, dtype: torch
 def select_heads(scores: Tensor, n_heads: int, strategy: str) -> Tensor:
     """Selected candidates per task in output-slot order: (T, H') scores -> (T, H) long.
 
-    * ``subset`` (the seed's Eq. 5): the H highest scores, **sorted ascending** (slot j <- the j-th
-      smallest selected index: the paper's "head 2 goes first" example, §2.4 B6; the public code
-      orders them by value instead, which makes the slot layout flip under tiny logit changes).
-    * ``group`` (Eq. 6-7): strided groups G_g = {g, g + H, ..., g + (r − 1) H} (§2.4 B7, as the
+    * ``subset`` (the paper's Eq. 5): the H highest scores, ordered by their out_proj slot c mod H,
+      then by index (each candidate feeds its own slot, :func:`merge_slots`; an aligned subset, one
+      candidate per slot, then lists slot j's candidate j-th, the order of the source heads, so its
+      projections are the source layer's rows in the source's order). The order no longer decides a
+      slot: the paper's "sorted ascending, slot j <- the j-th smallest index" (reading B6) did, and the
+      public code's order by value made the slot layout flip under tiny logit changes.
+    * ``group`` (Eq. 6-7): strided groups G_g = {g, g + H, ..., g + (r − 1) H} (reading B7, as the
       public code's ``view(r, H).max(0)``); slot g <- the best member of G_g.
 
     Ties go to the lower index in both (a stable descending sort; ``argmax`` returns the first
@@ -677,7 +761,7 @@ def select_heads(scores: Tensor, n_heads: int, strategy: str) -> Tensor:
     T, n_cand = scores.shape
     if strategy == "subset":
         top = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :n_heads]
-        return top.sort(dim=-1).values
+        return top.gather(1, ((top % n_heads) * n_cand + top).argsort(dim=-1))  # by (slot, index)
     if strategy == "group":
         member = scores.view(T, n_cand // n_heads, n_heads).argmax(dim=1)  # (T, H): r-index within each group
         return member * n_heads + torch.arange(n_heads, device=scores.device)
@@ -691,8 +775,63 @@ def straight_through(y: Tensor) -> Tensor:
     return (y - y.detach()) + 1.0
 
 
+#: Subset's aligned initialisation (:func:`aligned_subset_logits_`): the leading candidate of each
+#: out_proj slot starts at least this far (in logit units) above every other candidate.
+SUBSET_INIT_GAP = 1.0
+
+
+def gumbel_noise(shape: tuple[int, ...], *, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """g = −log(−log u) ~ Gumbel(0, 1), u ~ U(0, 1) from the global torch RNG (one uniform per element,
+    as :func:`logistic_noise`); u = 0 is nudged to the smallest normal number so that g stays finite."""
+    u = torch.rand(shape, device=device, dtype=dtype).clamp_min_(torch.finfo(dtype).tiny)
+    return -torch.log(-torch.log(u))
+
+
+def relaxed_selection(scores: Tensor, n_heads: int, strategy: str) -> Tensor:
+    """The Gumbel-softmax relaxation of :func:`select_heads` (estimator ``gumbel``): (T, H') scores
+    (φ + s·g) / τ -> (T, H') weights: ``group`` a softmax within each strided group {g, g + H, ...}
+    (one member per group is selected; each group's weights sum to 1), ``subset`` H · softmax over
+    all H' candidates (H are selected; the weights sum to H). Their gradient reaches every candidate."""
+    T, n = scores.shape
+    if strategy == "group":
+        return torch.softmax(scores.view(T, n // n_heads, n_heads), dim=1).reshape(T, n)
+    if strategy == "subset":
+        return n_heads * torch.softmax(scores, dim=-1)
+    raise ValueError(f"unknown head-selection strategy {strategy!r}")
+
+
+def candidate_slots(n_candidates: int, n_heads: int, device: torch.device | None = None) -> Tensor:
+    """(H',) long: candidate c's ``out_proj`` slot, c mod H -- the slot of the source head it is tiled
+    from (``expand_candidate_heads``), and for ``group`` the slot of its group."""
+    return torch.arange(n_candidates, device=device) % n_heads
+
+
+def merge_slots(ctx: Tensor, slots: Tensor, n_heads: int) -> Tensor:
+    """Heads into their ``out_proj`` slots: ctx (B, K, N, dh) with slots (B, K) or (K,) long in [0, H)
+    -> (B, H, N, dh), slot s the sum of the heads whose slot is s (0 where none). One head per slot gives
+    exactly those heads (x + 0 = x): a group selection, an aligned subset."""
+    B, K, N, dh = ctx.shape
+    slots = slots.expand(B, K) if slots.dim() == 1 else slots
+    return ctx.new_zeros(B, n_heads, N, dh).scatter_add(1, slots[:, :, None, None].expand(B, K, N, dh), ctx)
+
+
+def aligned_subset_logits_(phi: Tensor, n_heads: int, gap: float = SUBSET_INIT_GAP) -> Tensor:
+    """Subset's aligned initialisation, in place on φ (T, H') drawn U(ln 0.01, 0): per task the highest
+    logit of each slot's candidates {s, s + H, ...} is raised by −ln 0.01 + ``gap``, to [gap, gap + ln 100),
+    above every other candidate (< 0) by at least ``gap``. The evaluated top-H is then one candidate per
+    slot: with the tiled ASR initialisation (candidate c a copy of source head c mod H) exactly the ASR
+    layer. Returns φ."""
+    with torch.no_grad():
+        rows = torch.arange(phi.shape[0], device=phi.device)
+        for slot in range(n_heads):
+            members = torch.arange(slot, phi.shape[1], n_heads, device=phi.device)
+            best = members[phi[:, members].argmax(dim=1)]  # (T,)
+            phi[rows, best] += gap - math.log(0.01)
+    return phi
+
+
 def bernoulli_kl(logits: Tensor, prior: float) -> Tensor:
-    """KL(Bernoulli(σ(φ)) || Bernoulli(π)) elementwise (§2.3 "KL", §2.4 B3):
+    """KL(Bernoulli(σ(φ)) || Bernoulli(π)) elementwise (docs/variants.md, reading B3):
     q ln(q / π) + (1 − q) ln((1 − q) / (1 − π)), q = σ(φ), with ln q = logsigmoid(φ) so that
     saturated logits stay finite. π = 1 (H' = H: every head is always selected, nothing to
     learn) gives 0 by definition instead of the infinite divergence of a degenerate prior."""
@@ -727,20 +866,33 @@ class HeadSelection:
     """Per-task selection of H out of H' candidate heads (a mixin for an ``nn.Module`` with
     ``q_proj`` / ``k_proj`` / ``v_proj`` of H' · dh rows, ``n_heads`` = H and ``head_dim`` = dh):
     the state and logic shared by the encoder's :class:`HeadSelectionAttention` and the decoder's
-    ``HeadSelectionMultiheadAttention`` (lib/model/s2t_transformer.py). specs/variants.md §2.3.
+    ``HeadSelectionMultiheadAttention`` (lib/model/s2t_transformer.py). docs/variants.md
 
-    * ``head_logits`` φ (tasks, H') -- one logit per task and candidate (φ(1) − φ(0) of the seed's
-      Eq. 4), initialised U(ln 0.01, ln 1) as the public code.
-    * Training (:meth:`sample`): one draw ε per (task, head) of this layer per forward pass, shared
-      by all samples of a task; selection by rank of φ + ε (:func:`select_heads`); the selected
-      heads are scaled by the straight-through weights w = 1 − sg(y) + y, y = σ((φ + ε) / τ).
-      Note: which heads are drawn does not depend on τ (the ranking of φ + ε); τ only scales the
-      gradient of φ.
+    * ``head_logits`` φ (tasks, H') -- one logit per task and candidate (φ(1) − φ(0) of the paper's
+      Eq. 4), initialised U(ln 0.01, ln 1) as the public code; ``subset`` then raises the best
+      candidate of each out_proj slot above the rest (:func:`aligned_subset_logits_`).
+    * Slots: a selected candidate c feeds ``out_proj`` slot c mod H (:func:`candidate_slots`), the slot
+      of the source head it is tiled from. For ``group`` that is its group's slot (the layout of
+      before); for ``subset`` two selected candidates of one slot add up and a slot without any is 0
+      (:func:`merge_slots`), so a selection never moves a head to another head's slot -- the paper's
+      index-ordered slots (B6) reshuffled them at every change of the selection.
+    * Training, ``estimator: paper`` (:meth:`sample`): one draw ε per (task, head) of this layer per
+      forward pass, shared by all samples of a task; selection by rank of φ + ε (:func:`select_heads`);
+      the selected heads are scaled by the straight-through weights w = 1 − sg(y) + y,
+      y = σ((φ + ε) / τ). Which heads are drawn does not depend on τ (the ranking of φ + ε); τ only
+      scales the gradient of φ; unselected candidates get no gradient.
+    * Training, ``estimator: gumbel``: Gumbel noise g scaled by ``noise_scale`` s (annealed by the
+      training loop, ``set_head_selection_noise``), selection by rank of φ + s·g as above, and every
+      candidate attends: candidate c's output enters its slot scaled by w_c = hard_c − sg(y_c) + y_c with
+      y = :func:`relaxed_selection` ((φ + s·g) / τ) -- forward exactly the drawn selection (unselected
+      candidates × 0), backward ∂L/∂w_c = ⟨∂L/∂slot, head_c⟩ for every candidate: how the loss would
+      change with c in its slot, compared with the selected one through the softmax. Costs H' heads of
+      attention in training (H at evaluation, pruned as for ``paper``).
     * Evaluation (:meth:`eval_selection`): no noise, selection by φ; the gathered q/k/v rows of
       each task's selected heads are cached (:meth:`pruned_projections`) and only those H heads are
       projected and attended (``pruned_inference``; False = project all H' then gather, the
       reference the tests compare with).
-    * :meth:`kl`: per-head KL of Bernoulli(σ(φ)) to the prior p(z = 1) = H / H' (§2.4 B2).
+    * :meth:`kl`: per-head KL of Bernoulli(σ(φ)) to the prior p(z = 1) = H / H' (reading B2).
 
     ``tau`` is a plain attribute (set each update by ``set_head_selection_tau``), not state: the
     training loop's schedule recomputes it on resume. ``computed_heads`` reports how many heads per
@@ -753,22 +905,27 @@ class HeadSelection:
     k_proj: nn.Linear
     v_proj: nn.Linear
 
-    def _init_head_selection(self, *, strategy: str, candidates: int, tasks: int, key: str) -> None:
+    def _init_head_selection(self, *, strategy: str, candidates: int, tasks: int, key: str,
+                             estimator: str = "paper") -> None:
         opts = head_selection_options(strategy=strategy, candidates=candidates, tasks=tasks,
-                                      n_heads=self.n_heads, key=key)
+                                      n_heads=self.n_heads, estimator=estimator, key=key)
         self.strategy: str = opts["strategy"]
         self.candidates: int = opts["candidates"]
         self.tasks: int = opts["tasks"]
+        self.estimator: str = opts["estimator"]
         self.tau: float = DEFAULT_HEAD_SELECTION_TAU
+        self.noise_scale: float = 1.0  # s of the gumbel estimator (set each update by set_head_selection_noise)
         self.pruned_inference: bool = True
         self.computed_heads: int = 0
         self.last_selection: Tensor | None = None  # (tasks, H) of the last training forward pass
         self._pruned: tuple[tuple, tuple[Tensor, ...]] | None = None
         self.head_logits = nn.Parameter(torch.empty(self.tasks, self.candidates).uniform_(math.log(0.01), 0.0))
+        if self.strategy == "subset":
+            aligned_subset_logits_(self.head_logits.data, self.n_heads)
 
     @property
     def prior(self) -> float:
-        """π = p(z = 1) = H / H' (the seed prints H'/H, a typo; §2.4 B2)."""
+        """π = p(z = 1) = H / H' (the paper prints H'/H, a typo; reading B2)."""
         return self.n_heads / self.candidates
 
     def task_ids(self, task: Tensor | None, batch: int, device: torch.device) -> Tensor:
@@ -782,15 +939,25 @@ class HeadSelection:
         return task.to(device=device, dtype=torch.long)
 
     def sample(self, noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Training draw: selected candidates (tasks, H) in slot order and their straight-through
-        weights w (tasks, H) (value 1.0, gradient σ'((φ + ε)/τ)/τ into φ of the selected heads).
-        ``noise`` ε (tasks, H') replaces the draw from the global RNG (tests)."""
+        """Training draw: selected candidates (tasks, H) in :func:`select_heads` order and the
+        straight-through weights w. ``paper``: w (tasks, H) of the selected heads (value 1.0, gradient
+        σ'((φ + ε)/τ)/τ into φ of the selected heads), ε logistic. ``gumbel``: w (tasks, H') of every
+        candidate (value exactly 1.0 selected, 0.0 not; gradient that of :func:`relaxed_selection`
+        ((φ + s·g)/τ), which reaches every candidate), g Gumbel, s = ``noise_scale``. ``noise``
+        (tasks, H'), ε or g, replaces the draw from the global RNG (tests)."""
         phi = self.head_logits
+        gumbel = self.estimator == "gumbel"
         if noise is None:
-            noise = logistic_noise(tuple(phi.shape), device=phi.device, dtype=phi.dtype)
-        z = phi + noise.to(phi.dtype)
-        idx = select_heads(z.detach(), self.n_heads, self.strategy)
-        w = straight_through(torch.sigmoid(z / self.tau)).gather(1, idx)
+            noise = (gumbel_noise if gumbel else logistic_noise)(tuple(phi.shape), device=phi.device, dtype=phi.dtype)
+        if not gumbel:
+            z = phi + noise.to(phi.dtype)
+            idx = select_heads(z.detach(), self.n_heads, self.strategy)
+            w = straight_through(torch.sigmoid(z / self.tau)).gather(1, idx)
+        else:
+            z = phi + self.noise_scale * noise.to(phi.dtype)
+            idx = select_heads(z.detach(), self.n_heads, self.strategy)
+            y = relaxed_selection(z / self.tau, self.n_heads, self.strategy)
+            w = (y - y.detach()) + torch.zeros_like(y).scatter_(1, idx, 1.0)  # forward exactly 0 / 1
         self.last_selection = idx
         return idx, w
 
@@ -840,19 +1007,34 @@ class HeadSelection:
         return super().train(mode)  # type: ignore[misc]
 
     def selection_repr(self) -> str:
-        return f"strategy={self.strategy}, candidates={self.candidates}, tasks={self.tasks}, tau={self.tau}"
+        return (f"strategy={self.strategy}, candidates={self.candidates}, tasks={self.tasks}, tau={self.tau}"
+                + (f", estimator={self.estimator}, noise_scale={self.noise_scale}" if self.estimator != "paper" else ""))
+
+    def slot_merge(self, ctx: Tensor, idx: Tensor) -> Tensor:
+        """ctx (B, H, N, dh) of the selected heads idx (B, H) -> the H out_proj slots: unchanged for
+        ``group`` (the selected head of group g already sits in slot g), :func:`merge_slots` by c mod H
+        for ``subset``."""
+        if self.strategy == "group":
+            return ctx
+        return merge_slots(ctx, idx % self.n_heads, self.n_heads)
+
+    def all_candidates(self, ctx: Tensor, w: Tensor, task: Tensor) -> Tensor:
+        """The ``gumbel`` estimator's merge: ctx (B, H', N, dh) of every candidate, w (tasks, H') ->
+        (B, H, N, dh), candidate c × w_c into slot c mod H."""
+        slots = candidate_slots(self.candidates, self.n_heads, ctx.device)
+        return merge_slots(ctx * w[task][:, :, None, None], slots, self.n_heads)
 
 
 @register_attention("head_select")
 class HeadSelectionAttention(HeadSelection, SelfAttention):
-    """Encoder self-attention with per-task head selection (seed 004, Gong et al. 2021;
-    specs/variants.md §2.3): H of H' candidate heads per task (target language id), strategies
+    """Encoder self-attention with per-task head selection (Gong et al. 2021;
+    docs/variants.md): H of H' candidate heads per task (target language id), strategies
     ``subset`` and ``group`` (see :func:`select_heads`), Gumbel-sigmoid latent variables with the
     straight-through estimator in training, deterministic and pruned at evaluation (the logic is
     :class:`HeadSelection`'s).
 
     Spec keys: ``strategy``, ``candidates`` (H'), ``tasks``, ``window`` (None = full attention over
-    the selected heads, else local attention with that window: the MAY of §2.3).
+    the selected heads, else local attention with that window: the MAY of docs/variants.md).
 
     Parameters: q/k/v_proj map d -> H' · dh (``proj_heads = H'``), ``out_proj`` H · dh -> d, plus the
     variant-only ``head_logits`` (tasks, H'). An H-head checkpoint (the ASR encoder) loads with
@@ -867,8 +1049,9 @@ class HeadSelectionAttention(HeadSelection, SelfAttention):
     each sample what it gets alone; ``need_weights`` returns the selected heads' weights
     (B, H, N, N) in slot order (what was merged).
 
-    Where the spec departs from the seed (and from the seed's public code): no noise and real
-    pruning at inference (§2.4 B8); subset slots in index order (B6); strided groups (B7); prior
+    Where this code departs from the paper (and from its public code): no noise and real
+    pruning at inference (reading B8); subset slots by candidate, c mod H, instead of index order (B6,
+    :func:`merge_slots`); strided groups (B7); prior
     H / H' (B2); exact Bernoulli KL (B3). ``rel_pos_max`` (a diagnostic control) is not implemented.
     """
 
@@ -881,6 +1064,7 @@ class HeadSelectionAttention(HeadSelection, SelfAttention):
         strategy: str,
         candidates: int,
         tasks: int,
+        estimator: str = "paper",
         window: int | None = None,
         rel_pos_max: int = 0,
     ) -> None:
@@ -894,7 +1078,8 @@ class HeadSelectionAttention(HeadSelection, SelfAttention):
             raise ValueError(f"head_select.candidates: must be a positive integer, got {candidates!r}")
         super().__init__(d_model, n_heads, dropout, proj_heads=candidates)
         self.window: int | None = window
-        self._init_head_selection(strategy=strategy, candidates=candidates, tasks=tasks, key="head_select")
+        self._init_head_selection(strategy=strategy, candidates=candidates, tasks=tasks, key="head_select",
+                                  estimator=estimator)
 
     def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
         """The attention core on the *selected* heads (q, k, v (B, H, N, dh)): full attention (SDPA
@@ -913,18 +1098,30 @@ class HeadSelectionAttention(HeadSelection, SelfAttention):
     ) -> AttentionOutput:
         task = self.task_ids(task, x.shape[0], x.device)
         w: Tensor | None = None
-        if self.training or not self.pruned_inference:
+        if self.training and self.estimator == "gumbel":  # every candidate attends, × its 0 / 1 weight
             q, k, v = self._project(x)  # (B, H', N, dh)
-            sel, w = self.sample() if self.training else (self.eval_selection(), None)
-            idx = sel[task]  # (B, H)
-            q, k, v = gather_heads(q, idx), gather_heads(k, idx), gather_heads(v, idx)
+            sel, w = self.sample()
+            ctx, weights = self.attend(q, k, v, key_padding_mask, need_weights=need_weights)
+            ctx = self.all_candidates(ctx, w, task)
+            if weights is not None:
+                weights = gather_heads(weights, sel[task])
             self.computed_heads = self.candidates
         else:
-            q, k, v = self.project_pruned(x, task)  # (B, H, N, dh)
-            self.computed_heads = self.n_heads
-        ctx, weights = self.attend(q, k, v, key_padding_mask, need_weights=need_weights)
-        if w is not None:
-            ctx = ctx * w[task][:, :, None, None]
+            if self.training or not self.pruned_inference:
+                q, k, v = self._project(x)  # (B, H', N, dh)
+                sel, w = self.sample() if self.training else (self.eval_selection(), None)
+                idx = sel[task]  # (B, H)
+                q, k, v = gather_heads(q, idx), gather_heads(k, idx), gather_heads(v, idx)
+                self.computed_heads = self.candidates
+            else:
+                q, k, v = self.project_pruned(x, task)  # (B, H, N, dh)
+                idx = self.eval_selection()[task] if self.strategy == "subset" else None
+                self.computed_heads = self.n_heads
+            ctx, weights = self.attend(q, k, v, key_padding_mask, need_weights=need_weights)
+            if w is not None:
+                ctx = ctx * w[task][:, :, None, None]
+            if idx is not None:
+                ctx = self.slot_merge(ctx, idx)
         out = self.out_proj(self._merge(ctx))
         if not need_weights:
             return AttentionOutput(out=out, weights=None, carry=None)
@@ -933,6 +1130,32 @@ class HeadSelectionAttention(HeadSelection, SelfAttention):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, {self.selection_repr()}" + (
             f", window={self.window}" if self.window is not None else "")
+
+
+def set_head_selection_noise(model: nn.Module, scale: float) -> int:
+    """Set the Gumbel noise scale s of every head-selection module in ``model`` (the ``gumbel``
+    estimator's; the training loop calls it once per update with its schedule's value,
+    lib.train.objectives.head_selection_noise); returns how many modules were set. s >= 0."""
+    if not scale >= 0:
+        raise ValueError(f"head-selection noise scale must be >= 0, got {scale!r}")
+    n = 0
+    for m in model.modules():
+        if isinstance(m, HeadSelection):
+            m.noise_scale = float(scale)
+            n += 1
+    return n
+
+
+#: Names of the attention variants' own parameters (head-selection logits, band-prior logits, the
+#: predicted gate's vector and bias): lib.train.loop.make_optimizer gives them a group of their own at
+#: ``variant_lr``, outside the encoder's lr scaling and without weight decay.
+VARIANT_PARAMETER_NAMES = ("head_logits", "band_logits", "gate_vector", "gate_bias")
+
+
+def variant_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """``(name, parameter)`` of every parameter of ``model`` whose own name is one of
+    :data:`VARIANT_PARAMETER_NAMES`, in ``named_parameters`` order (empty for the plain models)."""
+    return [(name, p) for name, p in model.named_parameters() if name.rsplit(".", 1)[-1] in VARIANT_PARAMETER_NAMES]
 
 
 def set_head_selection_tau(model: nn.Module, tau: float) -> int:

@@ -9,9 +9,11 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 __all__ = [
+    "BAND_INIT_LOGIT",
     "BAND_OUTSIDE",
     "DEFAULT_BAND_K",
     "DEFAULT_GAMMA",
+    "HEAD_SELECTION_ESTIMATORS",
     "HEAD_SELECTION_STRATEGIES",
     "MODEL_SIZES",
     "SMOOTHING_PRIORS",
@@ -118,7 +120,8 @@ class ModelConfig:
             if isinstance(spec, dict) and spec.get("type") == "head_select":
                 key = f"encoder_attention[{i}]"
                 opts = head_selection_options(strategy=spec.get("strategy"), candidates=spec.get("candidates"),
-                                              tasks=spec.get("tasks"), n_heads=self.n_heads, key=key)
+                                              tasks=spec.get("tasks"), n_heads=self.n_heads,
+                                              estimator=spec.get("estimator", "paper"), key=key)
                 n_tasks[key] = opts["tasks"]
                 if self.rel_pos_bias:
                     raise ValueError(f"{key}: the relative-position bias (rel_pos_bias) is not implemented for "
@@ -185,6 +188,10 @@ SMOOTHING_PRIORS = ("uniform", "band", "prev")
 BAND_OUTSIDE = ("literal", "masked")
 DEFAULT_GAMMA = 0.1  # reading A7: the paper gives no value
 DEFAULT_BAND_K = 13  # reading A7: median of the locality paper's En-De windows
+#: The band prior's learnable logits start at this value on the band (``band_init_width``) and 0
+#: elsewhere: an in-band key starts 100 x as likely as an off-band one, so the prior starts as a band
+#: (in-band mass w·100 / (w·100 + N - w): 92 % for w = 13 keys of N = 113) instead of uniform.
+BAND_INIT_LOGIT = 4.605170185988092  # ln 100
 
 
 def smoothing_options(
@@ -196,15 +203,24 @@ def smoothing_options(
     k: Any = None,
     band_outside: Any = "literal",
     per_head: Any = False,
+    gate_init: Any = None,
+    band_init_width: Any = None,
     key: str = "smoothing",
 ) -> dict[str, Any]:
     """Validate and normalise one smoothing definition; ValueError naming ``<key>.<option>``.
 
-    Returns ``{prior, gamma, recursive, train_only, k, band_outside, per_head}`` with ``gamma`` a
-    float in [0, 1] or ``"predicted"`` and ``k`` an odd int for ``band`` (default 13), else None.
+    Returns ``{prior, gamma, recursive, train_only, k, band_outside, per_head, gate_init,
+    band_init_width}`` with ``gamma`` a float in [0, 1] or ``"predicted"`` and ``k`` an odd int for
+    ``band`` (default 13), else None.
     Rules (docs/variants.md): ``recursive`` and ``gamma: predicted`` only with ``prior: prev``, and the
     predicted coefficient only recursively (the paper's Eq. for g interpolates with A^rec_{l-1});
     ``k``, ``band_outside``, ``per_head`` only with ``prior: band``; k odd (centred band, A3).
+
+    ``gate_init`` (``gamma: predicted`` only; default :data:`DEFAULT_GAMMA`): the gate's value at
+    initialisation, a number in (0, 1): g = σ(q · c_h + b_h) starts with c = 0 and b_h = logit(gate_init),
+    so the predicted system starts where the fixed-γ systems are. ``band_init_width`` (``band`` only;
+    default k): the odd width w <= k of the band the learnable logits start as (the centre w of the
+    k logits at :data:`BAND_INIT_LOGIT`, the rest 0). Returned as None where they do not apply.
     """
     if prior not in SMOOTHING_PRIORS:
         raise ValueError(f"{key}.prior: must be one of {list(SMOOTHING_PRIORS)}, got {prior!r}")
@@ -228,12 +244,27 @@ def smoothing_options(
             raise ValueError(f"{key}.k: band width must be a positive odd integer (centred band), got {k!r}")
         if band_outside not in BAND_OUTSIDE:
             raise ValueError(f"{key}.band_outside: must be one of {list(BAND_OUTSIDE)}, got {band_outside!r}")
+        if band_init_width is None:
+            band_init_width = k
+        if isinstance(band_init_width, bool) or not isinstance(band_init_width, int) or not 1 <= band_init_width <= k \
+                or band_init_width % 2 == 0:
+            raise ValueError(f"{key}.band_init_width: the band the logits start as must be an odd integer in "
+                             f"1..k = {k} (centred), got {band_init_width!r}")
     else:
-        for name, val, default in (("k", k, None), ("band_outside", band_outside, "literal"), ("per_head", per_head, False)):
+        for name, val, default in (("k", k, None), ("band_outside", band_outside, "literal"), ("per_head", per_head, False),
+                                   ("band_init_width", band_init_width, None)):
             if val != default:
                 raise ValueError(f"{key}.{name}: only applies to prior: band, got {val!r} with prior {prior!r}")
+    if gamma == "predicted":
+        gate_init = DEFAULT_GAMMA if gate_init is None else gate_init
+        if isinstance(gate_init, bool) or not isinstance(gate_init, (int, float)) or not 0.0 < gate_init < 1.0:
+            raise ValueError(f"{key}.gate_init: the predicted gate's value at initialisation must be a number in "
+                             f"(0, 1), got {gate_init!r}")
+        gate_init = float(gate_init)
+    elif gate_init is not None:
+        raise ValueError(f"{key}.gate_init: only applies to gamma: predicted, got {gate_init!r} with gamma {gamma!r}")
     return dict(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
-                band_outside=band_outside, per_head=per_head)
+                band_outside=band_outside, per_head=per_head, gate_init=gate_init, band_init_width=band_init_width)
 
 
 # ----------------------------------------------------------------------------------------
@@ -242,16 +273,21 @@ def smoothing_options(
 # the decoder spec below and the params-level builder (lib.model.spec.head_selection_spec).
 
 HEAD_SELECTION_STRATEGIES = ("subset", "group")
+#: Gradient estimators of the selection (docs/variants.md): ``paper`` = the paper's Gumbel-sigmoid with
+#: the straight-through weights of the selected heads only; ``gumbel`` = a straight-through
+#: Gumbel-softmax over each group (group) or over all candidates (subset) whose backward pass compares
+#: every candidate with the one selected (lib.model.attention.HeadSelection).
+HEAD_SELECTION_ESTIMATORS = ("paper", "gumbel")
 
 
 def head_selection_options(*, strategy: Any, candidates: Any, tasks: Any, n_heads: int | None = None,
-                           key: str = "head_selection") -> dict[str, Any]:
+                           estimator: Any = "paper", key: str = "head_selection") -> dict[str, Any]:
     """Validate one head-selection definition; ValueError naming ``<key>.<option>``.
 
     ``strategy`` subset | group; ``candidates`` H' an int >= H (``n_heads``; H' = H is "no
     selection", the paper's H' = 4 point of Fig. 2) and, for ``group``, a multiple of H (H strided
-    groups of r = H' / H candidates); ``tasks`` the number of task ids (>= 1). Returns
-    ``{strategy, candidates, tasks}``."""
+    groups of r = H' / H candidates); ``tasks`` the number of task ids (>= 1); ``estimator`` one of
+    :data:`HEAD_SELECTION_ESTIMATORS`. Returns ``{strategy, candidates, tasks, estimator}``."""
     if strategy not in HEAD_SELECTION_STRATEGIES:
         raise ValueError(f"{key}.strategy: must be one of {list(HEAD_SELECTION_STRATEGIES)}, got {strategy!r}")
     if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
@@ -265,7 +301,9 @@ def head_selection_options(*, strategy: Any, candidates: Any, tasks: Any, n_head
                              f"H = {n_heads} (H groups of H'/H candidates)")
     if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
         raise ValueError(f"{key}.tasks: must be a positive integer (number of task ids), got {tasks!r}")
-    return dict(strategy=strategy, candidates=candidates, tasks=tasks)
+    if estimator not in HEAD_SELECTION_ESTIMATORS:
+        raise ValueError(f"{key}.estimator: must be one of {list(HEAD_SELECTION_ESTIMATORS)}, got {estimator!r}")
+    return dict(strategy=strategy, candidates=candidates, tasks=tasks, estimator=estimator)
 
 
 DECODER_ATTENTION_TYPES = ("smooth", "head_select")
@@ -303,7 +341,7 @@ def decoder_attention_spec(spec: dict | None, n_layers: int, *, key: str, n_head
         raise ValueError(f"{key}: expected None or a dict with type in {list(DECODER_ATTENTION_TYPES)}, got {spec!r}")
     if spec["type"] == "head_select":
         return _decoder_head_selection_spec(spec, n_layers, key=key, n_heads=n_heads, cross=cross)
-    allowed = {"type", "prior", "gamma", "recursive", "train_only", "layers"}
+    allowed = {"type", "prior", "gamma", "recursive", "train_only", "layers", "gate_init"}
     unknown = sorted(set(spec) - allowed)
     if unknown:
         raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
@@ -313,8 +351,11 @@ def decoder_attention_spec(spec: dict | None, n_layers: int, *, key: str, n_head
         raise ValueError(f"{key}.prior: missing (uniform or prev)")
     opts = smoothing_options(**{k: v for k, v in spec.items() if k not in ("type", "layers")}, key=key)
     layers = smoothing_layers(spec.get("layers"), opts["prior"], n_layers, key=key)
-    return {"type": spec["type"], "prior": opts["prior"], "gamma": opts["gamma"], "recursive": opts["recursive"],
-            "train_only": opts["train_only"], "layers": layers}
+    out = {"type": spec["type"], "prior": opts["prior"], "gamma": opts["gamma"], "recursive": opts["recursive"],
+           "train_only": opts["train_only"], "layers": layers}
+    if opts["gate_init"] is not None:  # gamma: predicted only (absent otherwise: the configs of before)
+        out["gate_init"] = opts["gate_init"]
+    return out
 
 
 def _decoder_head_selection_spec(spec: dict, n_layers: int, *, key: str, n_heads: int | None,
@@ -323,7 +364,7 @@ def _decoder_head_selection_spec(spec: dict, n_layers: int, *, key: str, n_heads
     if cross:
         raise ValueError(f"{key}: head selection applies to self-attention only (the paper found no gain on "
                          "encoder-decoder attention, its footnote 1)")
-    allowed = {"type", "strategy", "candidates", "tasks", "layers"}
+    allowed = {"type", "strategy", "candidates", "tasks", "layers", "estimator"}
     unknown = sorted(set(spec) - allowed)
     if unknown:
         raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
@@ -331,7 +372,9 @@ def _decoder_head_selection_spec(spec: dict, n_layers: int, *, key: str, n_heads
         if name not in spec:
             raise ValueError(f"{key}.{name}: missing")
     opts = head_selection_options(strategy=spec["strategy"], candidates=spec["candidates"], tasks=spec["tasks"],
-                                  n_heads=n_heads, key=key)
+                                  n_heads=n_heads, estimator=spec.get("estimator", "paper"), key=key)
+    if opts["estimator"] == "paper":  # the default: left out, so the configs of before stay as they were
+        del opts["estimator"]
     # layer numbers are checked as for smoothing (range, duplicates); any layer may select
     layers = smoothing_layers(spec.get("layers"), "uniform", n_layers, key=key)
     return {"type": "head_select", **opts, "layers": layers}

@@ -12,7 +12,7 @@ of Attention in Direct Speech Translation", Section 2 + Appendix B:
       -> token embedding * sqrt(d) + sinusoidal positions -> dropout
       -> 6 pre-LN decoder layers (causal self-attn, cross-attn, FFN) -> final LayerNorm
          (decoder attention: plain SDPA, or smoothed / head-selecting per
-         ModelConfig.decoder_self_attention / cross_attention, specs/variants.md §0.3)
+         ModelConfig.decoder_self_attention / cross_attention, docs/variants.md)
       -> output projection (no bias, not tied to the input embedding)  = logits (B, L, V)
 
 d=256, 4 heads, FFN 2048, ReLU, dropout 0.1 everywhere; ~31 M parameters with an 8k vocab.
@@ -49,6 +49,7 @@ from lib.model.attention import (
     SelfAttention,
     build_attention,
     explicit_on_cpu,
+    gate_bias_init,
     gather_heads,
     mask_bias,
     predicted_gate,
@@ -57,6 +58,7 @@ from lib.model.attention import (
 from lib.model.config import MODEL_SIZES, SUBSAMPLER_NORMS, ModelConfig, model_config  # noqa: F401 (re-exported)
 from lib.model.config import smoothing_options
 from lib.model.dropout import Dropout, dropout
+from lib.model.local_attention import Packing, attention_path, flash_supported
 
 __all__ = [
     "MODEL_SIZES",
@@ -267,6 +269,21 @@ class S2TTransformerEncoder(nn.Module):
         pos = sinusoidal_positions(make_positions(padding_mask, self.cfg.pad_idx), x.size(-1), self.cfg.pad_idx)
         return self.embed_scale * x, pos.to(x.dtype), padding_mask, lengths
 
+    def packing_path(self, content: Tensor, need_weights: bool) -> str | None:
+        """``"flash"`` when this forward runs in the packed (varlen) layout: on CUDA, without weights, every
+        layer's attention packable (plain full / local), and :func:`lib.model.local_attention.attention_path`
+        choosing FlashAttention-2 for the dtype the attention will compute in (autocast's, else the
+        activations'). None: the padded layout (always on CPU)."""
+        if need_weights or content.device.type != "cuda" or not self.layers:
+            return None
+        if not all(layer.self_attn.packable() for layer in self.layers):
+            return None
+        dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else content.dtype
+        attn = self.layers[0].self_attn
+        path = attention_path("cuda", dtype, attn.head_dim, content.shape[1], packed=True,
+                              flash_available=flash_supported(content.device))
+        return path if path == "flash" else None
+
     def forward(
         self,
         feats: Tensor,
@@ -274,8 +291,18 @@ class S2TTransformerEncoder(nn.Module):
         *,
         task: Tensor | None = None,
         need_weights: bool = False,
+        feat_lengths_host: Sequence[int] | None = None,
     ) -> EncoderOutput:
+        """``feat_lengths_host``: the same lengths as a host list (the training loop has them before the
+        batch moves to the GPU), so that the packed layout on CUDA is built without a device sync; when
+        absent there, they are read from ``feat_lengths`` (one sync)."""
         content, pos, padding_mask, lengths = self.embed(feats, feat_lengths)
+        path = self.packing_path(content, need_weights)
+        if path is not None:
+            host = list(feat_lengths_host) if feat_lengths_host is not None else feat_lengths.tolist()
+            n_lengths = subsampled_lengths(torch.tensor(host, dtype=torch.long), len(self.subsample.conv_layers))
+            packing = Packing.build(n_lengths.tolist(), content.shape[1], content.device, path)
+            return self._forward_packed(content, pos, padding_mask, lengths, packing, task)
         x = self.dropout(content + pos)
 
         layer_inputs: list[Tensor] | None = [] if need_weights else None
@@ -307,6 +334,26 @@ class S2TTransformerEncoder(nn.Module):
             ctc_logits = self.ctc_proj(x)
         return EncoderOutput(x, padding_mask, lengths, layer_inputs, attn_weights, ctc_logits, task)
 
+    def _forward_packed(self, content: Tensor, pos: Tensor, padding_mask: Tensor, lengths: Tensor,
+                        packing: Packing, task: Tensor | None) -> EncoderOutput:
+        """:meth:`forward` in the packed layout (CUDA, FlashAttention-2): the valid rows of the batch are
+        packed once after the subsampler, (T, d), and stay packed through every layer -- attention
+        (:meth:`SelfAttention.forward_packed`), feed-forward, LayerNorms and dropout all work on T rows
+        instead of B * N -- and are unpacked once after the final LayerNorm (padded rows zero, as in the
+        padded layout). Same math as :meth:`forward`; other rounding and dropout draws."""
+        x = self.dropout(packing.pack(content + pos))  # (T, d)
+        ctc_logits: Tensor | None = None
+        n = len(self.layers)
+        for i, layer in enumerate(self.layers):
+            x = x + layer.dropout(layer.self_attn.forward_packed(layer.self_attn_layer_norm(x), packing))
+            x = x + layer.dropout(feed_forward(layer, layer.final_layer_norm(x)))
+            if self.ctc_proj is not None and i + 1 == self.cfg.ctc_layer and i + 1 < n:
+                ctc_logits = self.ctc_proj(packing.unpack(self.layer_norm(x)))
+        out = packing.unpack(self.layer_norm(x))  # (B, N, d)
+        if self.ctc_proj is not None and not 0 < self.cfg.ctc_layer < n:
+            ctc_logits = self.ctc_proj(out)
+        return EncoderOutput(out, padding_mask, lengths, None, None, ctc_logits, task)
+
 
 # ----------------------------------------------------------------------------------------
 # Decoder
@@ -322,7 +369,7 @@ class MultiheadAttention(nn.Module):
 
     ``forward`` returns an :class:`AttentionOutput` whose ``weights`` / ``carry`` (B, H, L, S) are
     computed only with ``need_weights`` (the next decoder layer smooths with this one's weights,
-    specs/variants.md §0.3); otherwise the fused SDPA path runs as before.
+    docs/variants.md); otherwise the fused SDPA path runs as before.
     """
 
     #: When True, the decoder passes the previous layer's carry (same kind: self or cross) as ``prev_attn``.
@@ -460,7 +507,7 @@ class MultiheadAttention(nn.Module):
 
 
 class SmoothedMultiheadAttention(MultiheadAttention):
-    """Decoder attention smoothed with a prior (seed 002; specs/variants.md §1.2 "Where", §0.3):
+    """Decoder attention smoothed with a prior (Maekaku et al.; docs/variants.md):
     A' = (1 - γ) A + γ P, ctx = dropout(A') V, the math of
     :class:`lib.model.attention.SmoothedAttention` on the decoder's keys.
 
@@ -470,8 +517,9 @@ class SmoothedMultiheadAttention(MultiheadAttention):
     * ``prev``: the previous decoder layer's carry of the same kind and the same query rows (raw A
       for non-recursive, A' for recursive), so incremental decoding needs no extra cache: at each
       step the layer below has just computed the same (B, H, 1, S) row.
-    * ``gamma: predicted``: g = σ(q_{b,h,i} · c_h) with ``gate_vector`` c (H · dh,), zeros at init.
-    The band prior is encoder-only (the seed defines B for T x T self-attention). Layer 1 with the
+    * ``gamma: predicted``: g = σ(q_{b,h,i} · c_h + b_h) with ``gate_vector`` c (H · dh,), zeros at
+      init, and ``gate_bias`` b (H,) at logit(``gate_init``): g starts at ``gate_init`` (default γ = 0.1).
+    The band prior is encoder-only (the paper defines B for T x T self-attention). Layer 1 with the
     prev prior is refused by the config (no layer below); at run time a missing ``prev_attn`` is a
     ValueError. Always the explicit-weights path, except ``train_only`` at inference, which runs the
     plain module's code.
@@ -487,17 +535,21 @@ class SmoothedMultiheadAttention(MultiheadAttention):
         gamma: float | str = 0.1,
         recursive: bool = False,
         train_only: bool = False,
+        gate_init: float | None = None,
     ) -> None:
         super().__init__(d_model, n_heads, dropout)
         if prior == "band":
             raise ValueError("decoder smoothing: the band prior is defined for encoder self-attention only")
-        opts = smoothing_options(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, key="smooth")
+        opts = smoothing_options(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only,
+                                 gate_init=gate_init, key="smooth")
         self.prior: str = opts["prior"]
         self.gamma: float | str = opts["gamma"]
         self.recursive: bool = opts["recursive"]
         self.train_only: bool = opts["train_only"]
-        self.needs_prev_attn = self.prior == "prev"  # per instance (§0.1)
+        self.needs_prev_attn = self.prior == "prev"  # per instance (docs/variants.md)
+        self.gate_init: float | None = opts["gate_init"]
         self.gate_vector = nn.Parameter(torch.zeros(d_model)) if self.gamma == "predicted" else None
+        self.gate_bias = nn.Parameter(gate_bias_init(n_heads, self.gate_init)) if self.gamma == "predicted" else None
 
     def forward(
         self,
@@ -521,10 +573,11 @@ class SmoothedMultiheadAttention(MultiheadAttention):
             prior = uniform_prior(~mask, raw.dtype)  # (B, 1, L, S)
         elif prev_attn is None:
             raise ValueError("smooth (prior: prev) got no prev_attn: the first decoder layer has no layer below "
-                             "(specs/variants.md §1.4 A2)")
+                             "(docs/variants.md)")
         else:
             prior = prev_attn.to(raw.dtype).masked_fill(mask, 0.0)  # (B, H, L, S)
-        gamma = predicted_gate(q, self.gate_vector).to(raw.dtype) if self.gamma == "predicted" else self.gamma
+        gamma = predicted_gate(q, self.gate_vector, self.gate_bias).to(raw.dtype) if self.gamma == "predicted" \
+            else self.gamma
         weights = (1 - gamma) * raw + gamma * prior  # A' (B, H, L, S)
         ctx = torch.matmul(dropout(weights, self.dropout, self.training), v)  # (B, H, L, dh)
         carry = raw if self.prior == "prev" and not self.recursive else weights
@@ -537,10 +590,10 @@ class SmoothedMultiheadAttention(MultiheadAttention):
 
 
 class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
-    """Decoder self-attention with per-task head selection (seed 004; specs/variants.md §2.3, B1):
+    """Decoder self-attention with per-task head selection (Gong et al.; docs/variants.md, B1):
     the logic of :class:`lib.model.attention.HeadSelection` (the encoder's
     :class:`lib.model.attention.HeadSelectionAttention` has the same math) on the decoder's causal
-    self-attention, keyed on the target language (the seed's O2M configuration).
+    self-attention, keyed on the target language (the paper's O2M configuration).
 
     q/k/v_proj project H' candidates; ``head_logits`` (tasks, H'). Training: all H' projected, one
     draw per forward pass, each sample's H heads gathered by its task, straight-through weights on
@@ -552,11 +605,12 @@ class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, *, strategy: str, candidates: int,
-                 tasks: int) -> None:
+                 tasks: int, estimator: str = "paper") -> None:
         if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
             raise ValueError(f"decoder head_select.candidates: must be a positive integer, got {candidates!r}")
         super().__init__(d_model, n_heads, dropout, proj_heads=candidates)
-        self._init_head_selection(strategy=strategy, candidates=candidates, tasks=tasks, key="decoder head_select")
+        self._init_head_selection(strategy=strategy, candidates=candidates, tasks=tasks, key="decoder head_select",
+                                  estimator=estimator)
 
     def forward(
         self,
@@ -574,10 +628,20 @@ class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
             raise ValueError("head selection is implemented for decoder self-attention only")
         task = self.task_ids(task, query.shape[0], query.device)
         w: Tensor | None = None
+        if self.training and cache is not None:
+            raise ValueError("decoder head selection: incremental decoding runs in eval mode (a training "
+                             "forward draws a new selection, the cache holds the previous one)")
+        if self.training and self.estimator == "gumbel":  # every candidate attends, × its 0 / 1 weight
+            q, k, v = (self._split(p(query), self.candidates) for p in (self.q_proj, self.k_proj, self.v_proj))
+            sel, w = self.sample()
+            k, v, key_padding_mask = self._extend_cache(k, v, key_padding_mask, None)
+            ctx, weights = self._attend(q, k, v, self._forbidden(q, k, key_padding_mask, causal), need_weights)
+            ctx = self.all_candidates(ctx, w, task)
+            if weights is not None:
+                weights = gather_heads(weights, sel[task])
+            self.computed_heads = self.candidates
+            return AttentionOutput(out=self._merge(ctx), weights=weights, carry=weights)
         if self.training or not self.pruned_inference:
-            if self.training and cache is not None:
-                raise ValueError("decoder head selection: incremental decoding runs in eval mode (a training "
-                                 "forward draws a new selection, the cache holds the previous one)")
             q, k, v = (self._split(p(query), self.candidates) for p in (self.q_proj, self.k_proj, self.v_proj))
             sel, w = self.sample() if self.training else (self.eval_selection(), None)
             idx = sel[task]  # (B, H)
@@ -585,11 +649,14 @@ class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
             self.computed_heads = self.candidates
         else:
             q, k, v = self.project_pruned(query, task)  # (B, H, L, dh)
+            idx = self.eval_selection()[task] if self.strategy == "subset" else None
             self.computed_heads = self.n_heads
         k, v, key_padding_mask = self._extend_cache(k, v, key_padding_mask, cache)
         ctx, weights = self._attend(q, k, v, self._forbidden(q, k, key_padding_mask, causal), need_weights)
         if w is not None:
             ctx = ctx * w[task][:, :, None, None]
+        if idx is not None:
+            ctx = self.slot_merge(ctx, idx)
         return AttentionOutput(out=self._merge(ctx), weights=weights, carry=weights)
 
     def extra_repr(self) -> str:
@@ -776,9 +843,12 @@ class S2TTransformer(nn.Module):
         *,
         task: Tensor | None = None,
         need_weights: bool = False,
+        feat_lengths_host: Sequence[int] | None = None,
     ) -> EncoderOutput:
-        """feats (B, T, n_mels), feat_lengths (B,), task (B,) long or None."""
-        return self.encoder(feats, feat_lengths, task=task, need_weights=need_weights)
+        """feats (B, T, n_mels), feat_lengths (B,), task (B,) long or None; ``feat_lengths_host`` the
+        lengths as a host list, when the caller has them (CUDA: the packed layout needs no sync)."""
+        return self.encoder(feats, feat_lengths, task=task, need_weights=need_weights,
+                            feat_lengths_host=feat_lengths_host)
 
     def decode(
         self,
@@ -815,7 +885,7 @@ class S2TTransformer(nn.Module):
         (loaded only if both have one of the same shape) and attention parameters specific to a
         variant (anything under ``.self_attn.`` other than q/k/v/out_proj, e.g. ``head_logits``).
 
-        ``expand_candidate_heads`` (head selection, specs/variants.md §0.4): a target
+        ``expand_candidate_heads`` (head selection, docs/variants.md): a target
         ``q/k/v_proj`` weight of shape (H' · dh, d) (bias (H' · dh,)) whose source has H · dh rows is
         filled by tiling, candidate row-block j <- source head (j mod H); ``out_proj`` loads
         unchanged. With strided groups every group then holds copies of one source head, so any
@@ -903,7 +973,7 @@ class S2TTransformer(nn.Module):
         self.decoder.load_state_dict(src, strict=False)
         return sorted(src)
 
-    # -- head selection (specs/variants.md §2.3) ------------------------------------------
+    # -- head selection (docs/variants.md) ------------------------------------------
 
     def head_selection_layers(self) -> dict[str, list[tuple[int, HeadSelection]]]:
         """The head-selecting attention modules per side, ``{"encoder": [(layer, module), ...],
@@ -919,13 +989,13 @@ class S2TTransformer(nn.Module):
 
     def head_selection_kl_per_task(self) -> dict[str, Tensor]:
         """K_t per side: (tasks,) the Bernoulli KL of σ(φ) to the prior H / H', averaged over that
-        side's selecting layers and their H' candidates (§2.3 "KL")."""
+        side's selecting layers and their H' candidates (docs/variants.md)."""
         return {side: torch.cat([m.kl() for _, m in mods], dim=1).mean(dim=1)
                 for side, mods in self.head_selection_layers().items()}
 
     def head_selection_kl(self, task: Tensor, n_tokens: Tensor,
                           weight: float | Mapping[str, float | Sequence[float] | Tensor] = 1.0) -> Tensor:
-        """The KL term of one batch: Σ_side Σ_t λ_{side,t} · n_t · K_t^side (§2.3 "KL"), n_t the
+        """The KL term of one batch: Σ_side Σ_t λ_{side,t} · n_t · K_t^side (docs/variants.md), n_t the
         target tokens (eos included) of the batch's samples of task t (fairseq's per-task token
         weighting; the caller divides the update's summed loss by its token count as for the CE).
 
@@ -949,7 +1019,7 @@ class S2TTransformer(nn.Module):
         return total  # type: ignore[return-value]
 
     def elbo_kl_weights(self, train_tokens_per_task: Sequence[int]) -> dict[str, list[float]]:
-        """λ_{side,t} = C_s / N_t (``kl_weight: elbo``, §2.4 B4): with C_s the number of selection
+        """λ_{side,t} = C_s / N_t (``kl_weight: elbo``, reading B4): with C_s the number of selection
         logits of side s per task (Σ over its selecting layers of H'; L_s · H') and N_t the train
         target tokens of task t, summing λ n_t K_t over an epoch gives C_s K_t = Σ_{l,h} KL, the
         seed's Eq. 3 (one KL per task for the whole data set)."""
@@ -967,7 +1037,7 @@ class S2TTransformer(nn.Module):
     def head_selections(self) -> dict[str, dict[str, list]]:
         """Evaluation selections and logits per side, JSON-ready: ``{side: {"layers": [l, ...],
         "selected": [task][layer index] -> [candidate, ...] (slot order), "head_logits": [task][layer
-        index] -> [φ_h, ...]}}`` (selection.json of the pipeline, §2.5)."""
+        index] -> [φ_h, ...]}}`` (selection.json of the pipeline, docs/variants.md)."""
         out: dict[str, dict[str, list]] = {}
         for side, mods in self.head_selection_layers().items():
             sel = [m.eval_selection().tolist() for _, m in mods]  # [layer][task][slot]

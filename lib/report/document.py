@@ -10,6 +10,7 @@ from typing import Any
 from lib import layout, paper
 from lib.layout import RunPaths
 from lib.params import Params
+from lib.report.controls import band_section, collect_controls, controls_section, table2_p_cell
 from lib.report.multi import multi_section
 from lib.report.smoothing import smoothing_section
 from lib.report.tables import (health_markdown, load_scores, paper_comparison_markdown, significance, summary,
@@ -28,14 +29,23 @@ def _images(root: Path, folder: Path) -> str:
 def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
     """(report Markdown, flat summary metrics). FileNotFoundError / ValueError name the missing or
     inconsistent file."""
-    scores, sig = [], {}
+    scores, sig, controls, p_cells = [], {}, {}, {}
     for pair in p.pairs:
         for system in layout.ST_SYSTEMS:
             scores.append(load_scores(root, pair, system, p.seeds))
         sig[pair] = significance(root, pair, p.seeds)
+        # the controls for Algorithm 1 (controls.systems, opt-in): rows of Table 2 after `local`
+        controls[pair] = collect_controls(root, p.controls.systems, pair, p.seeds, p.analysis.full_layers)
+        for run in controls[pair]:
+            scores.append(run.scores)
+            p_cells[(pair, run.scores.system)] = table2_p_cell(run)
     health = health_markdown(root, p.pairs)
     comparison = paper_comparison_markdown(root, scores, sig)
     flat = summary(scores)
+    controls_md, controls_flat = controls_section(root, p, scores, controls, sig)
+    flat.update(controls_flat)
+    band_md, band_flat = band_section(root, p.pairs, p.controls.band_seeds)
+    flat.update(band_flat)
     asr_rows = []
     for pair in p.pairs:
         flat[f"{pair}/local_vs_baseline/significant_seeds"] = sum(x["p_value"] < 0.05 for x in sig[pair])
@@ -64,7 +74,7 @@ def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
         "BLEU and chrF: sacreBLEU on detokenised hypotheses against the raw references, mean ± sample "
         "std over seeds. Paired bootstrap: sacreBLEU's test (1000 resamples) between the baseline and "
         "the local model of the same seed; p < 0.05 would mean a significant difference.\n",
-        table2_markdown(scores, sig),
+        table2_markdown(scores, sig, p_cells),
         f"\n**Reading these next to the paper.** The paper's numbers ({paper.table2_prose()}) are on real "
         "MuST-C with the paper-size model trained for 50k updates. "
         "On the demo corpus the absolute BLEU is not comparable (a ~100-word synthetic language, short "
@@ -100,6 +110,10 @@ def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
     ]
     for pair in p.pairs:
         parts.append(_images(root, layout.health_plot(root, pair, "asr").parent))
+    if controls_md:
+        parts.append(controls_md)
+    if band_md:
+        parts.append(band_md)
     for pair in p.pairs:
         parts.append(f"\n## Table 1 ({pair}): window selection (Algorithm 1)\n")
         parts.append(_include(layout.windows_dir(root, pair) / "table1.md", "select_windows output missing"))

@@ -20,6 +20,32 @@ SYSTEM_NAMES = {"baseline": "H heads, tag only", "subset": "subset selection", "
                 "baseline_h8": "H' heads, no selection"}
 
 
+def selection_agreement(selections: Sequence[dict], which: str = "final") -> float | None:
+    """Cross-seed agreement of head selections: over every pair of seeds and every (side, task, layer),
+    the share of the H selected candidates that both seeds selected, |S_a ∩ S_b| / H, averaged.
+    ``selections``: each seed's selection.json (``{"init": ..., "final": ...}``); ``which``: compare the
+    ``init`` or the ``final`` selections. None with fewer than two seeds or no selecting layer.
+
+    Chance (:func:`chance_agreement`): two independent uniformly random selections share H / H' of
+    their heads in expectation, for ``subset`` (E|S_a ∩ S_b| = H · H / H') and for ``group`` (each of
+    the H groups of H' / H candidates agrees with probability H / H')."""
+    shares = []
+    for a in range(len(selections)):
+        for b in range(a + 1, len(selections)):
+            sa, sb = selections[a][which], selections[b][which]
+            for side, d in sa.items():
+                for t, layers in enumerate(d["selected"]):
+                    for li, sel in enumerate(layers):
+                        other = sb[side]["selected"][t][li]
+                        shares.append(len(set(sel) & set(other)) / len(sel))
+    return statistics.fmean(shares) if shares else None
+
+
+def chance_agreement(n_heads: int, candidates: int) -> float:
+    """H / H': the expected share of heads that two independent uniformly random selections share."""
+    return n_heads / candidates
+
+
 def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequence[int]) -> tuple[str, dict]:
     """(Markdown, flat summary keys ``multi/<system>/<pair>/bleu``, ``multi/<system>/avg_bleu``);
     ("", {}) when ``multi.systems`` is empty."""
@@ -32,7 +58,9 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
             run = RunPaths(root, "multi", None, seed, variant=system)
             m = read_json(run.metrics, f"train_multi@{system}-{seed}")
             speed = read_json(run.decoded / "timing.json", f"train_multi@{system}-{seed}")
-            runs.append({"metrics": m, "speed": speed["decode_sents_per_s"]})
+            sel = read_json(run.decoded / "selection.json", f"train_multi@{system}-{seed}") \
+                if system in ("subset", "group") else None
+            runs.append({"metrics": m, "speed": speed["decode_sents_per_s"], "selection": sel})
         rows[system] = runs
     bilingual = {}
     for pair in pairs:
@@ -41,8 +69,9 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
         bilingual[pair] = vals
     base_avg = statistics.fmean(r["metrics"]["avg_bleu"] for r in rows["baseline"]) if "baseline" in rows else None
     head = ("| system | " + " | ".join(pairs) + " | avg BLEU | avg chrF | Δ avg vs multilingual baseline | paper Δ "
-            "(Table 4, AVG-A) | params | decoding sent/s (beam 5) | selections changed |")
-    lines = [head, "|" + "---|" * (len(pairs) + 8)]
+            "(Table 4, AVG-A) | params | decoding sent/s (beam 5) | selections changed | mean abs. Δφ |")
+    lines = [head, "|" + "---|" * (len(pairs) + 9)]
+    moved = []
     for system, runs in rows.items():
         cells = []
         for pair in pairs:
@@ -60,22 +89,52 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
         paper = "" if system == "baseline" else f"{PAPER_TABLE4[system] - PAPER_TABLE4['baseline']:+.1f}"
         changed = [r["metrics"].get("selection_changed_fraction") for r in runs]
         changed_s = "–" if any(c is None for c in changed) else f"{statistics.fmean(changed):.0%}"
+        dphi = [r["metrics"].get("head_logits_mean_abs_change") for r in runs]
+        dphi_s = "–" if any(c is None for c in dphi) else f"{statistics.fmean(dphi):.3f}"
+        if changed_s != "–":
+            flat[f"multi/{system}/selection_changed"] = round(statistics.fmean(changed), 4)
+        if dphi_s != "–":
+            flat[f"multi/{system}/mean_abs_dphi"] = round(statistics.fmean(dphi), 4)
         speed = statistics.fmean(r["speed"] for r in runs)
         lines.append(f"| {system} ({SYSTEM_NAMES[system]}) | " + " | ".join(cells) + f" | {am:.2f} ± {as_:.2f} | "
-                     f"{cm:.2f} | {delta} | {paper} | {runs[0]['metrics']['params']:,} | {speed:.1f} | {changed_s} |")
+                     f"{cm:.2f} | {delta} | {paper} | {runs[0]['metrics']['params']:,} | {speed:.1f} | {changed_s} | "
+                     f"{dphi_s} |")
+        sels = [r["selection"] for r in runs if r["selection"]]
+        if sels:
+            n_heads = len(next(iter(sels[0]["final"].values()))["selected"][0][0])
+            chance = chance_agreement(n_heads, mp.head_selection.candidates)
+            final, init = selection_agreement(sels, "final"), selection_agreement(sels, "init")
+            side_moves = "; ".join(
+                f"{side}: {statistics.fmean(r['metrics']['movement'][side]['changed'] for r in runs):.0%} changed, "
+                f"mean abs. Δφ {statistics.fmean(r['metrics']['movement'][side]['mean_abs_dphi'] for r in runs):.3f}"
+                for side in runs[0]["metrics"].get("movement", {}))
+            if final is None:
+                moved.append(f"* {system}: {side_moves}; one seed, no cross-seed agreement.")
+            else:
+                flat[f"multi/{system}/agreement"] = round(final, 4)
+                moved.append(f"* {system}: {side_moves}; cross-seed agreement of the selections "
+                             f"{final:.0%} at the end ({init:.0%} at initialisation; chance H/H' = {chance:.0%}).")
     bil = [f"{statistics.fmean(v):.2f}" if v else "–" for v in bilingual.values()]
     lines.append("| bilingual baselines (reference; one model per pair, same seeds) | " + " | ".join(bil) +
-                 " | | | | | | | |")
+                 " | | | | | | | | |")
+    updates = sorted({r["metrics"].get("updates") for runs in rows.values() for r in runs} - {None})
+    hs = mp.head_selection
     parts = ["\n## Multilingual ST with attention head selection (Gong et al.)\n",
              f"One model for {', '.join(pairs)} (target-language tag as the decoder's start token, joint vocabulary), "
              f"encoder from runs/asr/{mp.asr_init}; head selection keyed on the target language in "
              f"{' and '.join(mp.head_selection.apply_to)}: H of H' = {mp.head_selection.candidates} candidate heads per "
-             f"layer; {mp.max_updates} updates (`train_st` settings otherwise); seeds {mp.seeds}. BLEU on each pair's "
+             f"layer; {', '.join(map(str, updates)) or '?'} updates (`train_st` settings otherwise); estimator "
+             f"{hs.estimator}, logits at peak lr {hs.variant_lr}; seeds {mp.seeds}. BLEU on each pair's "
              "tst-COMMON (mean ± std over seeds). 'selections changed': share of (task, layer) whose selection at "
              "the end differs from the one at initialisation (near 0: the heatmaps mostly show the random "
-             "initialisation of the selection logits).\n",
+             "initialisation of the selection logits); 'mean abs. Δφ': the logits' mean absolute change from "
+             "initialisation.\n",
              "\n".join(lines) + "\n",
-             "\nThe seed's Table 4 (mTEDx, 13 directions, 400 epochs): group +2.0, subset +0.1, H = 8 +0.5 BLEU over the "
+             *(["\nWhat moved, per side (mean over seeds), and whether the seeds agree: the share of selected heads "
+                "two seeds both selected, over every pair of seeds and (side, language, layer), against H/H', the "
+                "share two independent uniformly random selections share.\n\n" + "\n".join(moved) + "\n"]
+               if moved else []),
+             "\nThe paper's Table 4 (mTEDx, 13 directions, 400 epochs): group +2.0, subset +0.1, H = 8 +0.5 BLEU over the "
              "shared H = 4 model. Here the three languages have equal (synthetic) data, so the paper's resource "
              "effects (low-resource languages sharing more heads with high-resource ones) cannot be tested.\n"]
     for system in mp.systems:

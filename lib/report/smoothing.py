@@ -6,17 +6,18 @@ metrics/variants/smoothing/<system>/<pair>/seed<k>.json, the decoded test sets a
 metrics. No torch (matplotlib only when there is something to plot)."""
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
 from lib.decode.metrics import paired_bootstrap
 from lib.layout import TEST_SPLIT, RunPaths, variant_figure
-from lib.model.config import smoothing_layers
+from lib.model.config import BAND_INIT_LOGIT, DEFAULT_BAND_K, DEFAULT_GAMMA, smoothing_layers
 from lib.params import SmoothingParams
 from lib.report.tables import mean_std, read_json, read_lines
 
-# The seed's qualitative claims (docs/variants.md); its only numbers are relative WER gains.
+# The paper's qualitative claims (docs/variants.md); its only numbers are relative WER gains.
 SEED_CLAIMS = {
     "Q1": "recursive smoothing beats non-recursive smoothing (`rec` > `prev`)",
     "Q2": "recursive smoothing helps on source-target (cross) attention as well as on self-attention",
@@ -34,6 +35,60 @@ def smoothed_layers(definition: dict, n_layers: int) -> list[int]:
     if "encoder" not in definition.get("where", ["encoder"]):
         return list(range(1, n_layers + 1))
     return smoothing_layers(definition.get("layers"), definition["prior"], n_layers, key="smoothing")
+
+
+def band_in_band_mass(b: Sequence[float], n: int, band_outside: str = "literal") -> float:
+    """The band prior's mass on its k-band for a query row whose k band keys all lie inside a sequence
+    of ``n`` >= k keys: Σ_band e^b / (Σ_band e^b + (n − k) e^0) (off-band logits 0, reading A3); 1 with
+    ``band_outside: masked``. Uniform (b = 0) gives k / n."""
+    if band_outside == "masked":
+        return 1.0
+    inside = sum(math.exp(x) for x in b)
+    return inside / (inside + max(n - len(b), 0))
+
+
+def band_start_logits(definition: dict) -> list[float] | None:
+    """The band logits a definition starts from (lib.model.attention.band_logits_init): ln 100 on the
+    centred ``band_init_width`` entries of k, 0 elsewhere. None when the start width is per layer (a
+    definition over the local model without ``band_init_width``: each layer's window)."""
+    k = definition.get("k", DEFAULT_BAND_K)
+    width = definition.get("band_init_width")
+    if width is None:
+        if definition.get("base", "full") == "local":
+            return None
+        width = k
+    lo = (k - width) // 2
+    return [BAND_INIT_LOGIT if lo <= j < lo + width else 0.0 for j in range(k)]
+
+
+def learned_movement(definition: dict, rows: Sequence[dict]) -> tuple[str, dict[str, float]]:
+    """What the prior's own parameters learned, from the runs' metrics (lib/analysis/peakiness.py):
+    the band prior's in-band mass at the end vs at its start and vs uniform, at the typical encoder
+    length N = exp(uniform entropy) of the measured sentences; the predicted gate's mean g over the
+    encoder's gated layers vs its start ``gate_init``. Returns (table cell, flat values)."""
+    cells, flat = [], {}
+    gates = [g for r in rows for g in (r["metrics"].get("gate_mean") or []) if g is not None]
+    if gates:
+        start = float(definition.get("gate_init", DEFAULT_GAMMA))
+        g = statistics.fmean(gates)
+        cells.append(f"encoder g = {g:.3f} (start {start:.3f})")
+        flat.update({"gate_mean": round(g, 4), "gate_start": start})
+    bands = [b for r in rows for b in (r["metrics"].get("band_logits") or []) if b is not None]
+    uniform = [r["metrics"].get("uniform_entropy") for r in rows]
+    if bands and not isinstance(bands[0][0], list) and all(u is not None for u in uniform):
+        n = round(math.exp(statistics.fmean(uniform)))
+        outside = definition.get("band_outside", "literal")
+        mass = statistics.fmean(band_in_band_mass(b, n, outside) for b in bands)
+        k = len(bands[0])
+        start = band_start_logits(definition)
+        start_s = "" if start is None else f", start {band_in_band_mass(start, n, outside):.1%}"
+        cells.append(f"in-band mass {mass:.1%}{start_s}, uniform {min(k / n, 1.0):.1%} (k = {k}, N = {n}); "
+                     f"logit centre {statistics.fmean(b[k // 2] for b in bands):+.2f}, "
+                     f"edges {statistics.fmean(statistics.fmean([b[0], b[-1]]) for b in bands):+.2f}")
+        flat["band_in_band_mass"] = round(mass, 4)
+        if start is not None:
+            flat["band_in_band_mass_start"] = round(band_in_band_mass(start, n, outside), 4)
+    return "; ".join(cells), flat
 
 
 def _layer_mean(values: Sequence[float], layers: Sequence[int]) -> float:
@@ -95,16 +150,8 @@ def table_markdown(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
         # rounded once, so that the table, the claims and summary.json show the same numbers
         d, bd = round(_layer_mean(diag, layers), 4), round(_layer_mean(bdiag, layers), 4)
         e, be = round(_layer_mean(ent, layers), 3), round(_layer_mean(bent, layers), 3)
-        learned = ""
-        gates = [g for r in rows for g in (r["metrics"].get("gate_mean") or []) if g is not None]
-        if gates:
-            learned = f"g = {statistics.fmean(gates):.2f} (mean over layers, seeds)"
-        bands = [b for r in rows for b in (r["metrics"].get("band_logits") or []) if b is not None]
-        if bands and not isinstance(bands[0][0], list):
-            k = len(bands[0])
-            centre = [b[k // 2] for b in bands]
-            edge = [statistics.fmean([b[0], b[-1]]) for b in bands]
-            learned = f"band logit centre {statistics.fmean(centre):+.2f}, edges {statistics.fmean(edge):+.2f}"
+        learned, moved = learned_movement(sysd["definition"], rows)
+        flat.update({f"{pair}/smooth_{name}/{k}": v for k, v in moved.items()})
         definition = ", ".join(f"{k}: {v}" for k, v in sysd["definition"].items())
         ps = ", ".join(f"{r['p_value']:.3f}" for r in rows)
         lines.append(f"| {name} | {definition} | {sm:.2f} ± {ss:.2f} | {sc:.2f} | {sm - bm:+.2f} | {ps} | "
@@ -118,7 +165,7 @@ def table_markdown(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
 
 
 def claims_markdown(data: dict[str, Any], flat: dict[str, float]) -> str:
-    """The seed's claims next to what this run measured, for the claims the run's systems can test."""
+    """The paper's claims next to what this run measured, for the claims the run's systems can test."""
     pair, have = data["pair"], data["systems"]
 
     def bleu(name: str) -> float:
@@ -256,7 +303,7 @@ def smoothing_section(root: Path, sp: SmoothingParams) -> tuple[str, dict[str, f
         flat.update(f)
         fig = figure(data, variant_figure(root, "smoothing", pair))
         parts += [f"\n### {pair}\n", table,
-                  f"\nThe seed's published numbers are {SEED_NUMBERS}: gains of the order of the demo's "
+                  f"\nThe paper's published numbers are {SEED_NUMBERS}: gains of the order of the demo's "
                   "seed-to-seed BLEU std, so the robust expectation here is Q6 (lower diagonal weight, higher "
                   "entropy in smoothed layers) with BLEU not significantly worse.\n",
                   claims_markdown(data, f),

@@ -104,14 +104,18 @@ def summary(scores: Sequence[SystemScores]) -> dict[str, float]:
     return out
 
 
-def table2_markdown(scores: Sequence[SystemScores], sig: dict[str, list[dict]]) -> str:
-    """Table 2: BLEU and chrF mean ± std over seeds, with the paper's BLEU alongside."""
+def table2_markdown(scores: Sequence[SystemScores], sig: dict[str, list[dict]],
+                    p_cells: dict[tuple[str, str], str] | None = None) -> str:
+    """Table 2: BLEU and chrF mean ± std over seeds, with the paper's BLEU alongside. The p column holds
+    local's p-values against the baseline (``sig``), or ``p_cells[(pair, system)]`` for another system
+    (the controls: against the baseline and against local)."""
     lines = ["| pair | system | BLEU (mean ± std) | chrF (mean ± std) | seeds | paper BLEU (MuST-C) | paired bootstrap p (per seed) |",
              "|---|---|---|---|---|---|---|"]
     for s in scores:
         (bm, bs), (cm, cs) = s.bleu_mean_std, s.chrf_mean_std
         paper = PAPER_TABLE2.get(s.pair, {}).get(s.system)
-        ps = ", ".join(f"{x['p_value']:.3f}" for x in sig.get(s.pair, [])) if s.system == "local" else ""
+        ps = ", ".join(f"{x['p_value']:.3f}" for x in sig.get(s.pair, [])) if s.system == "local" else \
+            (p_cells or {}).get((s.pair, s.system), "")
         lines.append(f"| {s.pair} | {s.system} | {bm:.2f} ± {bs:.2f} | {cm:.2f} ± {cs:.2f} | {len(s.seeds)} | "
                      f"{'' if paper is None else f'{paper:.2f}'} | {ps} |")
     return "\n".join(lines) + "\n"

@@ -32,15 +32,17 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from lib.data.dataset import BOS_ID, PAD_ID, Batch, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
+from lib.data.dataset import PAD_ID, Batch, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
 from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig re-exported)
 from lib.precision import autocast, configure_cuda, resolve_amp, resolve_padding
 from lib.train import checkpoint as ckpt
-from lib.model.attention import set_head_selection_tau
-from lib.train.objectives import HeadSelectionTraining, ctc_loss, ctc_weight_at, label_smoothed_nll_loss, learning_rate
+from lib.model.attention import set_head_selection_noise, set_head_selection_tau, variant_parameters
+from lib.train.criterion import Criterion, HostCounts  # noqa: F401 (Criterion re-exported)
+from lib.train.objectives import HeadSelectionTraining, ctc_weight_at, label_smoothed_nll_loss, learning_rate
 
 
 
@@ -82,47 +84,6 @@ def init_distributed() -> tuple[int, int, torch.device]:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank, world = dist_info()
     return rank, world, device
-
-
-class Criterion(nn.Module):
-    """The model plus its training loss, as one module so that DistributedDataParallel wraps the
-    whole forward (DDP only synchronises gradients of computations run through its forward).
-
-    Head-selection models (specs/variants.md §2.3 "KL"): the batch's task ids reach the model, the
-    KL term Σ_side Σ_t n_t K_t^side is computed and returned as part ``kl`` (summed like the CE, so
-    ``kl / tokens`` is per target token), and ``kl_weight`` λ (a float, or ``{side: [λ per task]}``)
-    times it is added to the loss when λ is not 0. Models without head selection: unchanged."""
-
-    def __init__(self, model: nn.Module, label_smoothing: float, ctc_weight: float,
-                 kl_weight: float | dict[str, list[float]] = 0.0) -> None:
-        super().__init__()
-        self.model, self.label_smoothing, self.ctc_weight = model, label_smoothing, ctc_weight
-        self.kl_weight = kl_weight
-        layers = getattr(model, "head_selection_layers", None)
-        self.head_selection = bool(layers()) if callable(layers) else False
-
-    def forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        """Summed loss of one batch: label-smoothed CE (+ ctc_weight * CTC) (+ λ KL), and its parts."""
-        enc = self.model.encode(batch.feats, batch.feat_lengths, task=batch.task)
-        logits = self.model.decode(batch.prev_tokens, enc)
-        loss, nll = label_smoothed_nll_loss(logits, batch.target, self.label_smoothing, PAD_ID)
-        parts = {"nll": nll.detach().item(), "ce": loss.detach().item()}
-        if self.ctc_weight > 0:
-            if enc.ctc_logits is None:
-                raise ValueError("ctc_weight > 0 but the model has no CTC head (set ctc_vocab_size)")
-            c = ctc_loss(enc.ctc_logits, enc.lengths, batch.target, batch.target_lengths, blank=BOS_ID)
-            parts["ctc"] = c.detach().item()
-            # CTC is summed over labels without eos; rescale so both terms are per target token.
-            labels = batch.n_target_tokens - len(batch.ids)
-            loss = loss + self.ctc_weight * c * batch.n_target_tokens / max(1, labels)
-        if self.head_selection:
-            if batch.task is None:
-                raise ValueError("a head-selection model needs task ids in its batches (Batch.task)")
-            kl = self.model.head_selection_kl(batch.task, batch.target_lengths)
-            parts["kl"] = kl.detach().item()
-            if isinstance(self.kl_weight, dict) or self.kl_weight != 0:
-                loss = loss + self.model.head_selection_kl(batch.task, batch.target_lengths, weight=self.kl_weight)
-        return loss, parts
 
 
 @torch.no_grad()
@@ -187,7 +148,8 @@ class Resume:
 
 #: Training keys added after runs were fingerprinted, with the value that changes nothing: left out of
 #: the fingerprint at that value, so checkpoints (and fork states) of earlier runs keep matching.
-_NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0, "ctc_decay_from": 0, "encoder_layer_lr_decay": 1.0}
+_NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0, "ctc_decay_from": 0, "encoder_layer_lr_decay": 1.0,
+                       "fold_update": "auto", "variant_lr": None}
 
 
 def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -371,17 +333,193 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     into every update's lr, in the order the parameters first appear, and the rest of the model one
     group at 1.0: with ``encoder_lr_scale`` alone that is the encoder's group, then the decoder's (the
     encoder is registered first). With both at 1.0 there is one group, exactly the optimizer of
-    before the options existed."""
+    before the options existed.
+
+    With ``cfg.variant_lr`` set, the attention variants' own parameters
+    (:func:`lib.model.attention.variant_parameters`: head-selection logits, band-prior logits, the
+    predicted gate's vector and bias) leave those groups for one more, last, group with ``lr_scale``
+    variant_lr / lr (so they follow the run's schedule with peak ``variant_lr``, whatever the encoder's
+    scale), ``weight_decay`` 0 and ``"variant": True``: they start from their initialisation, not from
+    a pretrained model, and Adam moves a parameter by at most about Σ_t lr_t over a run (the defaults
+    and their measurement: lib.params.SmoothingParams, HeadSelectionParams). A model without such
+    parameters gets exactly the groups above, whatever ``variant_lr`` is."""
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in model.parameters())
     params: Any = model.parameters()
-    if cfg.encoder_lr_scale != 1.0 or cfg.encoder_layer_lr_decay != 1.0:
-        scales = encoder_lr_scales(model, cfg)
+    variant = {id(p) for _, p in variant_parameters(model)} if cfg.variant_lr is not None else set()
+    if cfg.encoder_lr_scale != 1.0 or cfg.encoder_layer_lr_decay != 1.0 or variant:
+        scales = encoder_lr_scales(model, cfg) if cfg.encoder_lr_scale != 1.0 or cfg.encoder_layer_lr_decay != 1.0 \
+            else {}
         groups: dict[float, list[nn.Parameter]] = {}
         for p in model.parameters():
-            groups.setdefault(scales.get(id(p), 1.0), []).append(p)
+            if id(p) not in variant:
+                groups.setdefault(scales.get(id(p), 1.0), []).append(p)
         params = [{"params": ps, "lr_scale": scale} for scale, ps in groups.items()]
+        if variant:
+            params.append({"params": [p for p in model.parameters() if id(p) in variant],
+                           "lr_scale": cfg.variant_lr / cfg.lr, "weight_decay": 0.0, "variant": True})
     return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay,
                             fused=fused or None)
+
+
+def merge_batches(batches: list[Batch], device: torch.device | str | None = None) -> Batch:
+    """One batch of the utterances of ``batches`` (collated on the host, SpecAugment already applied:
+    the masks are those of accumulation), sorted by frame count, longest first (stable); frames padded
+    with 0, targets with ``PAD_ID``. Its summed loss is the sum of the batches' losses, up to float
+    rounding.
+
+    ``device``: where the large tensors (features, tokens) are concatenated. On CUDA each sub-batch is
+    copied there as accumulation would copy it, and padding, concatenation and sorting run on the card:
+    done on the host they cost about as much as the folded forward and backward of a paper update
+    (100 MB of features). The lengths stay on the host (the model reads them there without a sync), the
+    order is computed from them. None: the batches' own device (the host)."""
+    if len(batches) == 1:
+        return batches[0]
+    n_frames = max(b.feats.shape[1] for b in batches)
+    n_tokens = max(b.prev_tokens.shape[1] for b in batches)
+    dev = torch.device(device) if device is not None else batches[0].feats.device
+    non_blocking = dev.type == "cuda"
+
+    def cat_padded(ts: list[torch.Tensor], width: int, value: float) -> torch.Tensor:
+        return torch.cat([F.pad(t.to(dev, non_blocking=non_blocking),
+                                (0, 0, 0, width - t.shape[1]) if t.dim() == 3 else (0, width - t.shape[1]),
+                                value=value) for t in ts])
+
+    feat_lengths = torch.cat([b.feat_lengths for b in batches])
+    order = torch.sort(feat_lengths, descending=True, stable=True).indices
+    rows = order.tolist()
+    order_dev = order.to(dev, non_blocking=non_blocking)
+
+    def listed(name: str) -> list:
+        flat = [x for b in batches for x in getattr(b, name)]
+        return [flat[r] for r in rows]
+
+    tasks = [b.task for b in batches]
+    if any(t is None for t in tasks) and not all(t is None for t in tasks):
+        raise ValueError("merge_batches: some batches have task ids and some do not")
+    return Batch(
+        ids=listed("ids"),
+        feats=cat_padded([b.feats for b in batches], n_frames, 0.0).index_select(0, order_dev),
+        feat_lengths=feat_lengths[order],
+        prev_tokens=cat_padded([b.prev_tokens for b in batches], n_tokens, PAD_ID).index_select(0, order_dev),
+        target=cat_padded([b.target for b in batches], n_tokens, PAD_ID).index_select(0, order_dev),
+        target_lengths=torch.cat([b.target_lengths for b in batches])[order],
+        src_texts=listed("src_texts"),
+        tgt_texts=listed("tgt_texts"),
+        task=None if tasks[0] is None else torch.cat(tasks)[order],
+    )
+
+
+class FoldPolicy:
+    """Whether an update of k = ``update_freq`` batches runs as one folded batch (:func:`merge_batches`)
+    instead of k accumulated ones (``train_*.fold_update``). The gradient is the same up to float
+    rounding (normalised by the update's target tokens either way); a folded update pays the per-batch
+    costs (kernel launches, optimizer-side bookkeeping) once instead of k times and runs larger matmuls.
+
+    * ``off``: accumulate. ``on``: fold (an out-of-memory error is the user's).
+    * ``auto``: on CUDA, fold when the folded batch's estimated peak fits in :data:`FOLD_MEMORY_SHARE` of
+      the card: the first update of the process accumulates and measures the peak memory per padded
+      frame slot of its batches (host-side allocator statistics: no device sync), and each later update
+      folds when ``memory before + slots x that x FOLD_MARGIN`` fits. An out-of-memory error of a folded
+      update (one process) redoes the update accumulated and keeps accumulating. On a CPU auto
+      accumulates: folding is not measured faster there, and the default pipeline (``update_freq: 1``,
+      nothing to fold) runs on CPU unchanged.
+    """
+
+    def __init__(self, mode: str, device: torch.device, update_freq: int) -> None:
+        self.mode, self.device, self.update_freq = mode, device, update_freq
+        self.per_slot: float | None = None  # peak bytes per padded frame slot, measured
+        self.base = 0
+        self.gave_up = False
+        self.announced = False
+        self._peak = 0.0
+
+    @staticmethod
+    def slots(batch: Batch) -> int:
+        return int(batch.feats.shape[0] * batch.feats.shape[1])
+
+    def measuring(self) -> bool:
+        return self.mode == "auto" and self.device.type == "cuda" and self.per_slot is None and not self.gave_up
+
+    def decide(self, batches: list[Batch]) -> bool:
+        if len(batches) < 2 or self.mode == "off":
+            return False
+        if self.mode == "on":
+            return True
+        if self.device.type != "cuda" or self.gave_up or self.per_slot is None:
+            return False
+        slots = len([i for b in batches for i in b.ids]) * max(b.feats.shape[1] for b in batches)
+        before = torch.cuda.memory_allocated(self.device)
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        fits = before + slots * self.per_slot * FOLD_MARGIN <= FOLD_MEMORY_SHARE * total
+        if fits and not self.announced:
+            self.announced = True
+            tqdm.write(f"fold_update: auto: folding the {len(batches)} batches of an update into one (estimated peak "
+                       f"{(before + slots * self.per_slot * FOLD_MARGIN) / 2**30:.1f} of {total / 2**30:.1f} GiB)")
+        return fits
+
+    def before_batch(self) -> None:
+        if self.measuring():
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.base = torch.cuda.memory_allocated(self.device)
+
+    def after_batch(self, batch: Batch, last: bool) -> None:
+        if not self.measuring():
+            return
+        peak = (torch.cuda.max_memory_allocated(self.device) - self.base) / max(self.slots(batch), 1)
+        self._peak = max(self._peak, peak)
+        if last:
+            self.per_slot = self._peak
+
+    def out_of_memory(self, say: Callable[[str], None]) -> None:
+        self.gave_up = True
+        torch.cuda.empty_cache()
+        say("fold_update: auto: a folded update ran out of GPU memory; accumulating from now on")
+
+
+#: fold_update auto: the folded batch's estimated peak must fit in this share of the card's memory,
+#: the per-slot peak measured on single batches scaled by this margin.
+FOLD_MEMORY_SHARE = 0.85
+FOLD_MARGIN = 1.25
+
+
+def _forward_backward(net: nn.Module, steps: list[Batch], tokens: torch.Tensor, world: int, device: torch.device,
+                      amp: str, scaler: Any, folding: FoldPolicy) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
+    """Forward and backward of one update's batches (on the host; each moved to ``device`` here), the
+    loss scaled by ``world / tokens``. Returns each batch's ids and loss parts (detached tensors, not
+    read: :func:`_read_parts` reads them once)."""
+    pending = []
+    for b, cpu_batch in enumerate(steps):
+        sync = b == len(steps) - 1 or world == 1
+        ctx = net.no_sync() if (world > 1 and not sync) else _nullcontext()
+        folding.before_batch()
+        batch = cpu_batch.to(device)
+        with ctx, autocast(device, amp):
+            loss, parts = net(batch, HostCounts.of(cpu_batch))
+            scaler.scale(loss * world / tokens).backward()
+        folding.after_batch(cpu_batch, b == len(steps) - 1)
+        pending.append((cpu_batch.ids, parts))
+    return pending
+
+
+def _read_parts(pending: list[tuple[list[str], dict[str, torch.Tensor]]], st: RunState) -> dict[str, float]:
+    """The update's loss parts summed per key, read from the device at once (one sync per update instead
+    of one per batch and part): the same float sums, in the same order, as reading each part as it came.
+    FloatingPointError (before the optimizer step) when a batch's CE or CTC loss is not finite."""
+    keys = [(b, k) for b, (_, parts) in enumerate(pending) for k in parts]
+    values = torch.stack([pending[b][1][k].detach().double() for b, k in keys]).tolist() if keys else []
+    read = [dict() for _ in pending]
+    for (b, k), v in zip(keys, values):
+        read[b][k] = v
+    for (ids, _), parts in zip(pending, read):
+        if not math.isfinite(parts["ce"]) or not math.isfinite(parts.get("ctc", 0.0)):
+            raise FloatingPointError(
+                f"non-finite loss {parts} at update {st.update + 1} (epoch {st.epoch}, batch of "
+                f"{ids[:3]}...); lower lr or check the data")
+    logged: dict[str, float] = {}
+    for parts in read:
+        for k, v in parts.items():
+            logged[k] = logged.get(k, 0.0) + v
+    return logged
 
 
 def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: SpeechDataset, out_dir: Path, *,
@@ -399,7 +537,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     ``live`` is a dvclive ``Live`` (or None), used on rank 0 only.
     ``amp`` is the resolved training precision (lib/train/run.py measures ``auto`` with
     :func:`lib.precision.resolve_train_amp`); None resolves ``cfg.amp`` by the device's flags.
-    ``head_selection`` (head-selection models, specs/variants.md §2.3): the τ schedule, set on the
+    ``head_selection`` (head-selection models, docs/variants.md): the τ schedule, set on the
     model before every update, and the KL weight; the KL is logged as ``train/kl`` (per target
     token) for such models whether or not it is optimised. Put it into ``run_config`` too (it
     changes the run). None: τ stays at the modules' default (5.0) and λ = 0.
@@ -429,10 +567,12 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
         say(f"resumed from {ckpt_dir / 'last.pt'} at update {st.update}")
     criterion = Criterion(model, cfg.label_smoothing, cfg.ctc_weight,
                           kl_weight=head_selection.kl_weight if head_selection is not None else 0.0)
+    criterion.host_parts = False  # parts stay on the device until _read_parts, once per update
     net = nn.parallel.DistributedDataParallel(criterion) if world > 1 else criterion
     amp = resolve_amp(cfg.amp, device) if amp is None else amp
     pad_frames_to, pad_tokens_to = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, amp, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+    folding = FoldPolicy(cfg.fold_update, device, cfg.update_freq)
     specaug = SpecAugmentConfig(time_mask_p=cfg.specaug_time_p) if cfg.specaugment else None
 
     model.train()
@@ -452,7 +592,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             criterion.ctc_weight = ctc_weight_at(st.update, cfg.ctc_weight, cfg.ctc_decay_from, cfg.max_updates)
             if head_selection is not None:  # τ(u) for u = updates completed so far (resume-safe)
                 set_head_selection_tau(model, head_selection.tau(st.update))
-            batches = []
+                set_head_selection_noise(model, head_selection.noise(st.update))
+            batches = []  # on the host: their sizes are read here without waiting for the GPU
             for b, idx in enumerate(mine):
                 # Seeded by the batch's place in the update group (not by which rank holds it), so
                 # n ranks x update_freq k draw the same masks as 1 process x update_freq k * n;
@@ -460,24 +601,22 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                 pos = rank * cfg.update_freq + b
                 gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, st.epoch, st.group_in_epoch, 0, pos))
                 batches.append(collate(train_ds, idx, specaugment=specaug, generator=gen,
-                                       pad_frames_to=pad_frames_to, pad_tokens_to=pad_tokens_to).to(device))
-            tokens = torch.tensor(float(sum(x.n_target_tokens for x in batches)), device=device)
+                                       pad_frames_to=pad_frames_to, pad_tokens_to=pad_tokens_to))
+            local_tokens = sum(x.n_target_tokens for x in batches)
+            tokens = torch.tensor(float(local_tokens), device=device)
             if world > 1:
                 dist.all_reduce(tokens)
-            logged: dict[str, float] = {}
-            for b, batch in enumerate(batches):
-                sync = b == len(batches) - 1 or world == 1
-                ctx = net.no_sync() if (world > 1 and not sync) else _nullcontext()
-                with ctx, autocast(device, amp):
-                    loss, parts = net(batch)
-                    if not math.isfinite(parts["ce"]) or not math.isfinite(parts.get("ctc", 0.0)):
-                        raise FloatingPointError(
-                            f"non-finite loss {parts} at update {st.update + 1} (epoch {st.epoch}, batch of "
-                            f"{batch.ids[:3]}...); lower lr or check the data")
-                    scaler.scale(loss * world / tokens).backward()
-                for k, v in parts.items():
-                    logged[k] = logged.get(k, 0.0) + v
-                frames_seen += batch.n_frames
+            steps = [merge_batches(batches, device)] if folding.decide(batches) else batches
+            try:
+                pending = _forward_backward(net, steps, tokens, world, device, amp, scaler, folding)
+            except torch.cuda.OutOfMemoryError:
+                if len(steps) == len(batches) or world > 1 or folding.mode == "on":
+                    raise
+                folding.out_of_memory(say)  # auto: accumulate this update and the rest of the run
+                optimizer.zero_grad(set_to_none=True)
+                pending = _forward_backward(net, batches, tokens, world, device, amp, scaler, folding)
+            logged = _read_parts(pending, st)
+            frames_seen += sum(x.n_frames for x in batches)
             scaler.unscale_(optimizer)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm))
             # fairseq sets the lr for update k from k - 1 completed updates (update 1 runs at warmup_init_lr).
@@ -489,7 +628,6 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             scaler.update()
             st.update += 1
             st.group_in_epoch += 1
-            local_tokens = sum(x.n_target_tokens for x in batches)
             train_loss = logged["ce"] / max(local_tokens, 1)
             bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}",
                             fps=f"{frames_seen / max(time.perf_counter() - t0, 1e-9):.0f}")

@@ -13,13 +13,15 @@ one synthetic English, so any pair's ASR model speaks for all). Selection system
 heads into the H' candidates (``expand_candidate_heads``), so every group selection reproduces the
 ASR encoder at initialisation; with ``train_st.init_decoder`` (a demo deviation) the decoder's layers
 start from the ASR decoder's, tiled the same way in selecting decoder layers. Training settings are
-``train_st``'s with ``multi.max_updates``; dev BLEU during training is the mean over the pairs of a
+``train_st``'s with ``multi.max_updates`` (null: 3 × ``train_st.max_updates``) and, for the selection
+systems, the logits at ``multi.head_selection.variant_lr`` in a group of their own; dev BLEU during training is the mean over the pairs of a
 greedy decode of each pair's first dev sentences (``decode.dev_sentences`` split evenly).
 
 Outputs (lib/layout.py, run ``variants/multi/<system>/seed<k>``): model.pt (+ tasks), timing.json,
 data/decoded/.../hyps.<pair>.tst-COMMON.txt and refs, selection.json (the eval selections and
 logits at initialisation and at the end), metrics/<run>.json (per pair BLEU/chrF, averages, params,
-decoding speed, the share of (task, layer) selections that changed), training curves, and the
+what moved: the share of (task, layer) selections that changed from initialisation and the mean
+|Δφ| of the logits, overall and per side), training curves, and the
 head-sharing heatmaps of the paper's Fig. 3 (plots/variants/multi/<system>/seed<k>/).
 """
 from __future__ import annotations
@@ -112,15 +114,37 @@ def _tiled_decoder_state(model: S2TTransformer, source: dict[str, torch.Tensor])
     return out
 
 
-def _selection_changed(init: dict, final: dict) -> float | None:
-    """Share of (side, task, layer) whose eval selection differs between init and the end."""
+def _selection_changed(init: dict, final: dict, sides: list[str] | None = None) -> float | None:
+    """Share of (side, task, layer) whose eval selection (as a set of candidates) differs between init
+    and the end; ``sides`` restricts to those sides. None without any selecting layer."""
     changed = total = 0
     for side, d in final.items():
+        if sides is not None and side not in sides:
+            continue
         for t, layers in enumerate(d["selected"]):
             for li, sel in enumerate(layers):
                 total += 1
-                changed += sel != init[side]["selected"][t][li]
+                changed += sorted(sel) != sorted(init[side]["selected"][t][li])
     return None if total == 0 else changed / total
+
+
+def _logit_movement(init: dict, final: dict, sides: list[str] | None = None) -> float | None:
+    """Mean |φ_end − φ_init| over every (side, task, layer, candidate) logit (``sides``: only those)."""
+    diffs = [abs(b - a)
+             for side, d in final.items() if sides is None or side in sides
+             for t, layers in enumerate(d["head_logits"]) for li, row in enumerate(layers)
+             for a, b in zip(init[side]["head_logits"][t][li], row)]
+    return None if not diffs else sum(diffs) / len(diffs)
+
+
+def movement_metrics(init: dict, final: dict) -> dict[str, Any]:
+    """What moved between two :meth:`S2TTransformer.head_selections` (selection.json's ``init`` and
+    ``final``): ``selection_changed_fraction`` and ``head_logits_mean_abs_change`` over both sides, and
+    per side under ``movement`` (``{side: {"changed": share, "mean_abs_dphi": mean}}``)."""
+    return {"selection_changed_fraction": _selection_changed(init, final),
+            "head_logits_mean_abs_change": _logit_movement(init, final),
+            "movement": {side: {"changed": _selection_changed(init, final, [side]),
+                                "mean_abs_dphi": _logit_movement(init, final, [side])} for side in final}}
 
 
 def head_sharing(selected: list[list[list[int]]]) -> list[list[int]]:
@@ -177,7 +201,13 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
         raise ValueError(f"{vocab_dir / 'tasks.json'}: built for pairs {tasks['pairs']}, params have {pairs}; "
                          f"run `dvc repro prepare_multi`")
     prepared = root / p.data.prepared_dir
-    cfg = dataclasses.replace(p.train_st, seed=seed, max_updates=p.multi.max_updates)
+    selecting = system in SELECTION_SYSTEMS
+    hs = p.multi.head_selection
+    # the logits' own optimizer group (lib.train.loop.make_optimizer); the other systems have no logits
+    # and keep train_st's config exactly (and their runs' fingerprints)
+    cfg = dataclasses.replace(p.train_st, seed=seed, max_updates=p.multi.run_updates(p.train_st.max_updates),
+                              variant_lr=hs.variant_lr if selecting else None)
+    anneal = hs.anneal_updates if hs.anneal_updates is not None else cfg.max_updates
     train_ds = MultiSpeechDataset(prepared, pairs, "train", vocab_dir, max_frames=cfg.max_frames_train,
                                   max_target_tokens=cfg.max_target_tokens)
     dev_ds = MultiSpeechDataset(prepared, pairs, "dev", vocab_dir)
@@ -186,7 +216,6 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
     mcfg = model_config(p.model.size, vocab_size=train_ds.vocab_size, **overrides)
     torch.manual_seed(cfg.seed)
     model = S2TTransformer(mcfg)
-    selecting = system in SELECTION_SYSTEMS
     init_path = RunPaths(root, "asr", p.multi.asr_init).model
     if not init_path.is_file():
         raise FileNotFoundError(f"{init_path}: missing; it is written by the train_asr@{p.multi.asr_init} stage")
@@ -199,12 +228,13 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
               f"kept at initialisation: {', '.join(report.missing) or 'nothing'}", file=sys.stderr)
     init_selection = model.head_selections()
 
-    hs = p.multi.head_selection
     kl_weight: float | dict = hs.kl_weight if not isinstance(hs.kl_weight, str) else \
         model.elbo_kl_weights([sum(len(t) for t, k in zip(train_ds.targets, train_ds.task_ids) if k == task)
                                for task in range(len(pairs))])
-    hst = HeadSelectionTraining(tau_start=hs.tau_start, tau_end=hs.tau_end, anneal_updates=hs.anneal_updates,
-                                kl_weight=kl_weight) if selecting else None
+    gumbel = hs.estimator == "gumbel"
+    hst = HeadSelectionTraining(tau_start=hs.tau_start, tau_end=hs.tau_end, anneal_updates=anneal, kl_weight=kl_weight,
+                                noise_start=hs.noise_start if gumbel else 1.0,
+                                noise_end=hs.noise_end if gumbel else 1.0) if selecting else None
     data_digest = file_digest(*[prepared / pr / "train.tsv" for pr in pairs],
                               *[prepared / pr / "dev.tsv" for pr in pairs], vocab_dir / JOINT_SPM)
     amp, pad = resolve_train_precision(cfg, device, mcfg.to_dict(), data_id=data_digest, batches=lambda pad: first_batches(
@@ -217,7 +247,7 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
     run_config = {
         "task": "st_multi", "system": system, "model": mcfg.to_dict(), "init_encoder": file_digest(init_path),
         "precision": amp, "world_size": world, "pairs": pairs,
-        "head_selection": dataclasses.asdict(hs) if selecting else None,
+        "head_selection": {**dataclasses.asdict(hs), "anneal_updates": anneal} if selecting else None,
         "optimizer": OPTIMIZER, "data": data_digest,
     }
     d = p.decode
@@ -278,7 +308,7 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
         "avg_bleu": round(sum(metrics[pr]["bleu"] for pr in pairs) / len(pairs), 2),
         "avg_chrf": round(sum(metrics[pr]["chrf"] for pr in pairs) / len(pairs), 2),
         "params": model.num_parameters(),
-        "selection_changed_fraction": _selection_changed(init_selection, final_selection),
+        **movement_metrics(init_selection, final_selection),
         "dev_best": summary["best"], "updates": summary["updates"], "precision": amp, "decode_precision": decode_amp,
         "bleu_signature": bleu_signature(),
     })

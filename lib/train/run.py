@@ -16,7 +16,7 @@ The resume state is deliberately not a DVC output: DVC deletes a stage's outputs
 (unless ``persist``), and a ``persist`` output turns the run-cache off for the stage. Kept beside
 the outputs instead, it survives a kill (``dvc repro`` resumes from ``last.pt``, and the resumed
 run appends to its curves in ``live/``), while DVC can still restore a finished run from its
-run-cache (the per-seed recipe in the README relies on that). ``rm -rf runs/*/**/checkpoints``
+run-cache (the per-seed recipe in docs/pipeline.md relies on that). ``rm -rf runs/*/**/checkpoints``
 frees the disk once the results are in.
 """
 from __future__ import annotations
@@ -237,7 +237,7 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
     run_config = {
         "task": spec.task, "model": mcfg.to_dict(), "init_encoder": init_digest,
         "precision": amp,  # `auto` resolves per machine: never resume a run made in another precision
-        "optimizer": OPTIMIZER,  # fused Adam since 2026-11-24: checkpoints of the for-loop one do not resume
+        "optimizer": OPTIMIZER,  # fused Adam: checkpoints of a for-loop Adam do not resume
         "world_size": world,  # the data order per process depends on it: resume only with the same
         "data": data_digest,
     }
@@ -553,12 +553,13 @@ def write_unused_shared_asr(root: Path, system: str = "asr_shared", why: str | N
 
 
 def smoothing_spec_from_params(p: Params, root: Path, name: str, pair: str, seed: int | None = None) -> RunSpec:
-    """The RunSpec of one smoothing run (specs/variants.md §1.3): ``seed=None`` is the ASR
+    """The RunSpec of one smoothing run (docs/variants.md): ``seed=None`` is the ASR
     pretraining of definition ``name`` (stage train_asr_smoothing, ``train_asr`` hyperparameters, into
     runs/variants/smoothing_asr/<name>/<pair>); with a seed it is the ST run (stage train_smoothing,
     ``train_st`` with that seed), whose encoder starts from that smoothed ASR model when ``name`` is in
     ``smoothing.asr_systems`` and from the baseline's runs/asr/<pair>/model.pt otherwise -- so a
-    smoothed ST model differs from the baseline of the same seed in its attention only.
+    smoothed ST model differs from the baseline of the same seed in its attention only (and in the
+    priors' own parameters, trained at ``smoothing.variant_lr`` outside the encoder's lr scale).
 
     The definition ``smoothing.defs.<name>`` overlays the encoder's full attention (or, with
     ``base: local``, the local-attention model's spec of :func:`local_encoder_attention`) and sets
@@ -584,4 +585,6 @@ def smoothing_spec_from_params(p: Params, root: Path, name: str, pair: str, seed
         if name in p.smoothing.asr_systems:
             spec.init_encoder = RunPaths(root, "smoothing_asr", pair, variant=name).model
     spec.model_overrides = overrides
+    # the priors' own parameters (band logits, gate vector and bias) in an optimizer group of their own
+    spec.train = dataclasses.replace(spec.train, variant_lr=p.smoothing.variant_lr)
     return spec

@@ -81,7 +81,7 @@ def test_records_band_logits_and_predicted_gates_and_unpatches() -> None:
     out = attention_peakiness(model, Features([30, 33]), n=2)
     assert out["band_logits"][0] == [0.0, 1.0, 2.0, 3.0, 4.0] and out["band_logits"][1:] == [None, None]
     assert out["gate_mean"][0] is None
-    assert out["gate_mean"][1:] == [0.5, 0.5] and out["gate_std"][1:] == [0.0, 0.0]  # c = 0 -> g = 0.5
+    assert out["gate_mean"][1:] == [0.1, 0.1] and out["gate_std"][1:] == [0.0, 0.0]  # c = 0, b = logit(0.1) -> g = γ = 0.1
     assert "gate" not in vars(model.encoder.layers[1].self_attn)  # the recording wrapper is gone
 
 

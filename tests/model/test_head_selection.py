@@ -1,10 +1,10 @@
-"""Attention head selection for multilingual ST (seed 004; specs/variants.md §2.6, library items 1-10):
+"""Attention head selection for multilingual ST (Gong et al.; docs/variants.md, library items 1-10):
 the encoder module (lib.model.attention.HeadSelectionAttention), the decoder module
 (lib.model.s2t_transformer.HeadSelectionMultiheadAttention), task ids end to end (Batch.task,
 EncoderOutput.task, Criterion), the tiled ASR initialisation, the tag as decoder start token and the
 spec / config validation (lib.model.spec.head_selection_spec, lib.model.config).
 
-Item numbers refer to the spec's §2.6 list. float64 wherever exactness matters."""
+Item numbers refer to the spec's docs/variants.md list. float64 wherever exactness matters."""
 
 from __future__ import annotations
 
@@ -24,8 +24,12 @@ from lib.model.attention import (
     LocalAttention,
     bernoulli_kl,
     build_attention,
+    candidate_slots,
+    gather_heads,
     logistic_noise,
+    merge_slots,
     select_heads,
+    set_head_selection_noise,
     set_head_selection_tau,
 )
 from lib.model.config import ModelConfig
@@ -106,25 +110,25 @@ def _tokens(rows: list[list[int]]) -> Tensor:
 
 def test_selection_by_hand() -> None:
     phi = torch.tensor([[0.1, 0.5, 0.2, 0.9]])
-    # subset: top-2 = {3, 1} (value order 3, 1); slots in index order (B6)
+    # subset: top-2 = {3, 1} (value order 3, 1); listed by slot c mod H, then index
     assert select_heads(phi, 2, "subset").tolist() == [[1, 3]]
     # group, strided (B7): groups {0, 2} and {1, 3} -> 2 and 3 (contiguous groups would give 1, 3)
     assert select_heads(phi, 2, "group").tolist() == [[2, 3]]
     # ties go to the lower index
     assert select_heads(torch.zeros(1, 6), 3, "subset").tolist() == [[0, 1, 2]]
     assert select_heads(torch.zeros(1, 6), 3, "group").tolist() == [[0, 1, 2]]
-    assert select_heads(torch.tensor([[1.0, 2.0, 2.0, 2.0]]), 2, "subset").tolist() == [[1, 2]]
+    assert select_heads(torch.tensor([[1.0, 2.0, 2.0, 2.0]]), 2, "subset").tolist() == [[2, 1]]  # slots 0, 1
 
 
 @pytest.mark.parametrize("candidates", [4, 8, 12])
-def test_subset_selects_exactly_h_distinct_heads_in_ascending_order(candidates: int) -> None:
+def test_subset_selects_exactly_h_distinct_heads_in_slot_order(candidates: int) -> None:
     torch.manual_seed(0)
     phi = torch.randn(50, candidates)
     sel = select_heads(phi, H, "subset")
     assert sel.shape == (50, H)
     for t in range(50):
         row = sel[t].tolist()
-        assert row == sorted(set(row)) and len(row) == H  # H distinct, ascending
+        assert len(set(row)) == H and row == sorted(row, key=lambda c: (c % H, c))  # H distinct, by (slot, index)
         assert set(row) == set(phi[t].topk(H).indices.tolist())  # = the top H of φ
 
 
@@ -158,7 +162,7 @@ def test_module_eval_selection_is_deterministic_and_follows_the_logits(strategy:
         idx, w = m.sample()
         assert idx.shape == (T, H) and torch.equal(w, torch.ones_like(w))
         if strategy == "subset":
-            assert all(r == sorted(set(r)) for r in idx.tolist())
+            assert all(r == sorted(set(r), key=lambda c: (c % H, c)) for r in idx.tolist())
         else:
             assert torch.equal(idx % H, torch.arange(H).expand(T, H))
 
@@ -245,7 +249,7 @@ def test_straight_through_values_and_gradients(strategy: str) -> None:
     gather = lambda t: t.gather(1, sel[:, :, None, None].expand(-1, -1, t.shape[2], DH))  # noqa: E731
     wleaf = torch.ones(T, H, dtype=F64, requires_grad=True)
     ctx, _ = FullAttention.attend(m, gather(q), gather(k), gather(v), mask)
-    out = m.out_proj(m._merge(ctx * wleaf[task][:, :, None, None]))
+    out = m.out_proj(m._merge(m.slot_merge(ctx * wleaf[task][:, :, None, None], sel)))  # subset: slots c mod H
     (out * target).sum().backward()
     s = torch.sigmoid((m.head_logits.detach() + eps) / m.tau)
     manual = torch.zeros(T, 8, dtype=F64).scatter(1, idx, (s * (1 - s) / m.tau).gather(1, idx) * wleaf.grad)
@@ -408,7 +412,7 @@ def test_tau_schedule() -> None:
     assert head_selection_tau(100, 5.0, 0.5, 100) == pytest.approx(0.5)
     assert head_selection_tau(200, 5.0, 0.5, 100) == 0.5
     assert all(head_selection_tau(u, 5.0, 5.0, 100) == 5.0 for u in (0, 50, 100, 1000))
-    assert HeadSelectionTraining().tau(123) == 5.0  # the seed's code: constant 5
+    assert HeadSelectionTraining().tau(123) == 5.0  # the paper's code: constant 5
     model = _model()
     assert set_head_selection_tau(model, 0.7) == 4  # 2 encoder + 2 decoder modules
     assert all(m.tau == 0.7 for mods in model.head_selection_layers().values() for _, m in mods)
@@ -647,7 +651,7 @@ def test_tag_is_the_decoder_start_token_in_greedy_and_beam_search() -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# Task ids and start tokens from the dataset (§0.2, §2.5)
+# Task ids and start tokens from the dataset (docs/variants.md)
 # ----------------------------------------------------------------------------------------
 
 
@@ -724,6 +728,31 @@ def test_training_loop_sets_tau_and_logs_the_kl(tmp_path) -> None:
     kl = [v for _, name, v in live.rows if name == "train/kl"]
     assert len(kl) == 4 and all(v > 0 for v in kl)
     assert not torch.equal(model.encoder.layers[0].self_attn.head_logits.detach(), phi0)  # φ is trained
+
+
+def test_training_loop_with_the_gumbel_estimator_and_variant_lr(tmp_path) -> None:
+    """The loop sets the noise scale of every update (s(3 completed) after the last) and steps the logits
+    in their own group at variant_lr, outside encoder_lr_scale."""
+    from lib.params import TrainConfig
+    from lib.train.loop import train
+
+    torch.manual_seed(0)
+    model = S2TTransformer(_cfg(enc="subset", dec="group"))
+    for mods in model.head_selection_layers().values():
+        for _, m in mods:
+            m.estimator = "gumbel"
+    phi0 = model.encoder.layers[0].self_attn.head_logits.detach().clone()
+    hs = HeadSelectionTraining(anneal_updates=4, noise_start=1.0, noise_end=0.1)
+    cfg = TrainConfig(lr=1e-3, warmup_updates=1, max_updates=4, max_frames=200, update_freq=1, eval_every=2,
+                      save_every=2, average_last=2, specaugment=False, encoder_lr_scale=0.2, variant_lr=0.05)
+    summary = train(model, cfg, _MemoryData(12, 0), _MemoryData(4, 1), tmp_path, run_config={"hs": "gumbel"},
+                    progress=False, live=_Live(), head_selection=hs)
+    assert summary["updates"] == 4
+    assert all(m.noise_scale == pytest.approx(hs.noise(3)) for mods in model.head_selection_layers().values()
+               for _, m in mods)
+    moved = (model.encoder.layers[0].self_attn.head_logits.detach() - phi0).abs()
+    # 4 Adam steps at <= 0.05 each (warm-up 1, then inverse_sqrt): far more than the encoder group's 0.2 x 1e-3
+    assert float(moved.max()) > 4 * 0.2 * 1e-3 and float(moved.max()) <= 4 * 0.05 + 1e-6
 
 
 # ----------------------------------------------------------------------------------------
@@ -810,3 +839,151 @@ def test_module_spec_keys() -> None:
                         H, 0.0)
     with pytest.raises(ValueError, match="head_select.candidates"):
         build_attention({"type": "head_select", "strategy": "subset", "candidates": 3, "tasks": 1}, D, H, 0.0)
+
+
+# ----------------------------------------------------------------------------------------
+# Selection that can choose: aligned subset slots, the Gumbel-softmax estimator, the noise schedule
+# ----------------------------------------------------------------------------------------
+
+
+def _asr_and_tiled(strategy: str, estimator: str) -> tuple[S2TTransformer, S2TTransformer]:
+    """A plain float64 model (the ASR) and a head-selecting one (both sides) at its initialisation,
+    loaded from it as train_multi does (tiled candidates, the decoder's layers too)."""
+    from lib.train.multi import _tiled_decoder_state
+
+    torch.manual_seed(0)
+    asr = S2TTransformer(_cfg(enc=None, dec=None)).to(F64).eval()
+    spec = {"type": "head_select", "strategy": strategy, "candidates": 8, "tasks": T, "estimator": estimator}
+    cfg = model_config("tiny", n_heads=H, decoder_layers=2, vocab_size=24, dropout=0.0, attention_dropout=0.0,
+                       activation_dropout=0.0, encoder_attention=[spec] * 2, decoder_self_attention=spec)
+    torch.manual_seed(3)
+    st = S2TTransformer(cfg).to(F64)  # the logits at their own initialisation (not _model's random ones)
+    st.load_encoder_from(asr.state_dict(), expand_candidate_heads=True)
+    st.load_decoder_layers_from(_tiled_decoder_state(st, asr.state_dict()))
+    # the rest of the decoder (embeddings, output projection) too: the whole model is the ASR model's
+    target = st.state_dict()
+    st.load_state_dict({k: v for k, v in asr.state_dict().items() if k.startswith("decoder.")
+                        and target[k].shape == v.shape}, strict=False)
+    return asr, st
+
+
+@pytest.mark.parametrize("estimator", ["paper", "gumbel"])
+@pytest.mark.parametrize("train", [False, True])
+def test_subset_aligned_initialisation_reproduces_the_asr_model(estimator: str, train: bool) -> None:
+    """Subset at initialisation: per task the evaluated top-H holds one candidate per out_proj slot
+    (c mod H), leading every other candidate by >= SUBSET_INIT_GAP, so the tiled model computes exactly
+    what the ASR model computes (the seed's index-ordered slots moved tiled heads into other heads'
+    slots: only 5 of 70 subsets kept them). In training the draws start there too (noise vs the gap)."""
+    from lib.model.attention import SUBSET_INIT_GAP
+
+    asr, st = _asr_and_tiled("subset", estimator)
+    for mods in st.head_selection_layers().values():
+        for _, m in mods:
+            sel = m.eval_selection()
+            assert torch.equal((sel % H).sort(dim=-1).values, torch.arange(H).expand(T, H))  # one per slot
+            phi = m.head_logits.detach()
+            chosen = torch.zeros_like(phi, dtype=torch.bool).scatter(1, sel, True)
+            gap = phi.masked_fill(~chosen, float("inf")).min(1).values - phi.masked_fill(chosen, -float("inf")).max(1).values
+            assert bool((gap >= SUBSET_INIT_GAP).all())
+    feats, lens = _feats([40, 31, 36])
+    tokens = _tokens([[EOS_ID, 5, 6, 7], [EOS_ID, 8, 9], [EOS_ID, 10, 11, 12]])
+    with torch.no_grad():
+        want = asr(feats, lens, tokens)
+        st.eval()
+        for t in range(T):
+            assert torch.equal(st(feats, lens, tokens, task=torch.full((3,), t)), want)  # exactly
+        # dropout 0, gumbel at the end of its noise schedule: the training draws are the aligned subset
+        # too (the paper's unit logistic noise, std 1.81, can draw across the gap: no such claim)
+        if train and estimator == "gumbel":
+            st.train()
+            set_head_selection_noise(st, 0.1)
+            torch.manual_seed(0)
+            torch.testing.assert_close(st(feats, lens, tokens, task=torch.tensor([0, 1, 2])), want,
+                                       rtol=0, atol=1e-10)
+
+
+def test_subset_slots_follow_the_candidates_not_the_index_order() -> None:
+    """A subset with two candidates of one slot adds them in that slot; the slot without any is 0."""
+    m = _module("subset")
+    x, mask = _batch([5, 5], 5)
+    task = torch.tensor([0, 0])
+    with torch.no_grad():
+        m.head_logits.fill_(-5.0)
+        m.head_logits[0, [0, 4, 1, 2]] = 5.0  # candidates 0 and 4 both feed slot 0; slot 3 is empty
+        out = m(x, mask, task=task).out
+        q, k, v = m._project(x)
+        heads, _ = FullAttention.attend(m, q, k, v, mask)  # every candidate, (B, 8, N, dh)
+        slots = torch.stack([heads[:, 0] + heads[:, 4], heads[:, 1], heads[:, 2], torch.zeros_like(heads[:, 0])], 1)
+        torch.testing.assert_close(out, m.out_proj(m._merge(slots)), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["subset", "group"])
+def test_gumbel_estimator_gradients_reach_unselected_candidates(strategy: str) -> None:
+    """estimator gumbel: the forward pass is exactly the drawn selection (unselected candidates × 0),
+    and every candidate's logit gets ∂L/∂φ = J_yᵀ ∂L/∂w with ∂L/∂w_c = ⟨∂L/∂slot(c), head_c⟩ and y the
+    relaxed selection (the paper's estimator gives unselected candidates nothing)."""
+    from lib.model.attention import gumbel_noise, relaxed_selection
+
+    m = _module(strategy, train=True)
+    m.estimator, m.tau, m.noise_scale = "gumbel", 2.0, 0.5
+    x, mask = _batch([5, 4, 5], 5)
+    task = torch.tensor([2, 0, 1])
+    target = torch.randn(3, 5, D, generator=torch.Generator().manual_seed(9), dtype=F64)
+    torch.manual_seed(11)
+    g = gumbel_noise((T, 8), device=torch.device("cpu"), dtype=F64)
+    idx, w = m.sample(noise=g)
+    hard = torch.zeros(T, 8, dtype=F64).scatter(1, idx, 1.0)
+    assert torch.equal(w.detach(), hard)  # forward value exactly 0 / 1
+    assert torch.equal(idx, select_heads(m.head_logits.detach() + 0.5 * g, H, strategy))
+    torch.manual_seed(11)  # the module's own draw is the same g
+    out = m(x, mask, task=task).out
+    assert torch.equal(m.last_selection, idx)
+    (out * target).sum().backward()
+    auto = m.head_logits.grad.clone()
+    # forward: what the selected heads alone compute, in their slots
+    with torch.no_grad():
+        q, k, v = m._project(x)
+    sel = idx[task]
+    ctx_sel, _ = FullAttention.attend(m, gather_heads(q, sel), gather_heads(k, sel), gather_heads(v, sel), mask)
+    torch.testing.assert_close(out, m.out_proj(m._merge(merge_slots(ctx_sel, sel % H, H))), rtol=0, atol=1e-12)
+    # backward by hand: w as a leaf over every candidate, then the relaxation's Jacobian
+    wleaf = hard.clone().requires_grad_(True)
+    heads, _ = FullAttention.attend(m, q, k, v, mask)  # (B, 8, N, dh)
+    slotted = merge_slots(heads * wleaf[task][:, :, None, None], candidate_slots(8, H), H)
+    (m.out_proj(m._merge(slotted)) * target).sum().backward()
+    phi = m.head_logits.detach().clone().requires_grad_(True)
+    y = relaxed_selection((phi + 0.5 * g) / 2.0, H, strategy)
+    manual, = torch.autograd.grad(y, phi, grad_outputs=wleaf.grad)
+    torch.testing.assert_close(auto, manual, rtol=1e-9, atol=1e-12)
+    unselected = hard == 0
+    assert bool((auto[unselected] != 0).all())  # every unselected candidate of every task gets a gradient
+    assert bool((auto[~unselected] != 0).all())
+
+
+def test_gumbel_noise_schedule_anneals_to_the_evaluated_selection() -> None:
+    """s(u) falls geometrically from noise_start to noise_end over anneal_updates; the training loop's
+    HeadSelectionTraining gives it per update; at s = 0.1 the draws are the evaluated selection."""
+    from lib.train.objectives import head_selection_noise
+
+    assert head_selection_noise(0, 1.0, 0.1, 1080) == 1.0
+    assert head_selection_noise(540, 1.0, 0.1, 1080) == pytest.approx(0.1 ** 0.5)
+    assert head_selection_noise(1080, 1.0, 0.1, 1080) == pytest.approx(0.1)
+    assert head_selection_noise(5000, 1.0, 0.1, 1080) == pytest.approx(0.1)
+    assert head_selection_noise(50, 1.0, 0.0, 100) == pytest.approx(0.5)  # a zero end: linear
+    hst = HeadSelectionTraining(anneal_updates=100, noise_start=1.0, noise_end=0.1)
+    assert [round(hst.noise(u), 4) for u in (0, 50, 100)] == [1.0, 0.3162, 0.1]
+    assert HeadSelectionTraining().noise(7) == 1.0  # default: constant unit noise
+    model = _model()
+    assert set_head_selection_noise(model, 0.25) == 4
+    assert all(m.noise_scale == 0.25 for mods in model.head_selection_layers().values() for _, m in mods)
+    with pytest.raises(ValueError):
+        set_head_selection_noise(model, -1.0)
+    _, st = _asr_and_tiled("subset", "gumbel")
+    m = st.encoder.layers[0].self_attn.train()
+    want = m.eval_selection()
+    torch.manual_seed(0)
+    m.noise_scale = 1.0
+    early = sum(torch.equal(m.sample()[0], want) for _ in range(200))
+    m.noise_scale = 0.1
+    late = sum(torch.equal(m.sample()[0], want) for _ in range(200))
+    assert late == 200 and early < 200

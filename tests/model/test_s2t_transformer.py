@@ -325,7 +325,7 @@ def test_prev_attn_and_task_reach_attention(monkeypatch):
 
 
 def test_carry_is_what_the_next_layer_receives(monkeypatch):
-    """specs/variants.md §0.1: a variant returning (ctx, weights, carry) hands ``carry`` (not its
+    """docs/variants.md: a variant returning (ctx, weights, carry) hands ``carry`` (not its
     weights) to the next layer as prev_attn; ``attn_weights`` still report the weights."""
     monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
     seen = []
@@ -334,7 +334,7 @@ def test_carry_is_what_the_next_layer_receives(monkeypatch):
     class CarryToy(FullAttention):
         def __init__(self, d_model, n_heads, dropout, *, consume: bool = False):
             super().__init__(d_model, n_heads, dropout)
-            self.needs_prev_attn = consume  # per instance (§0.1)
+            self.needs_prev_attn = consume  # per instance (docs/variants.md)
 
         def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
             seen.append((need_weights, prev_attn))

@@ -1,8 +1,8 @@
-"""Attention-weight smoothing with prior distributions (seed 002; specs/variants.md §1.5): encoder
+"""Attention-weight smoothing with prior distributions (Maekaku et al.; docs/variants.md): encoder
 self-attention (lib.model.attention.SmoothedAttention, band_logit_matrix, lib.model.spec.smoothing_spec)
 and the decoder side (lib.model.s2t_transformer.SmoothedMultiheadAttention, decoder_smoothing_specs).
 
-Item numbers refer to the spec's §1.5 list. float64 wherever exactness matters."""
+Item numbers refer to the spec's docs/variants.md list. float64 wherever exactness matters."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 
 from lib.model.attention import (
     ATTENTION_VARIANTS,
+    BAND_INIT_LOGIT,
     FullAttention,
     LocalAttention,
     SmoothedAttention,
@@ -171,7 +172,7 @@ def test_band_matrix_by_hand() -> None:
     # even k, builder called directly: lopsided one step to the future
     assert band_logit_matrix(torch.tensor([1.0, 2, 3, 4], dtype=F64), 4)[0].tolist() == [
         [2, 3, 4, 0], [1, 2, 3, 4], [0, 1, 2, 3], [0, 0, 1, 2]]
-    # the closed form is the seed's construction, for all small N and k
+    # the closed form is the paper's construction, for all small N and k
     for k in range(1, 9):
         b = [float(v) for v in range(1, k + 1)]
         for n in range(1, 9):
@@ -323,7 +324,7 @@ def test_recursive_smoothing_closed_form() -> None:
     model, feats, lengths = _encoder([{"type": "full"}, rec, rec, rec])
     enc = model.encode(feats, lengths, need_weights=True)
     a1, a2, a3, a4 = _raw_weights(model, enc)
-    closed = (1 - g) * a4 + g * (1 - g) * a3 + g**2 * (1 - g) * a2 + g**3 * a1  # §1.2
+    closed = (1 - g) * a4 + g * (1 - g) * a3 + g**2 * (1 - g) * a2 + g**3 * a1  # docs/variants.md
     valid_q = (~enc.padding_mask)[:, None, :, None]
     torch.testing.assert_close(enc.attn_weights[3] * valid_q, closed * valid_q, rtol=0, atol=1e-6)
     torch.testing.assert_close(enc.attn_weights[0], a1, rtol=0, atol=1e-12)  # unsmoothed layer: raw
@@ -348,7 +349,7 @@ def test_non_recursive_carry_is_the_raw_weights() -> None:
 @pytest.mark.parametrize("name, carry_is_raw", [("uniform", False), ("band", False), ("prev", True), ("rec", False),
                                                 ("predicted", False)])
 def test_module_carry(name: str, carry_is_raw: bool) -> None:
-    """§1.3: carry = raw A_l for non-recursive prev, A'_l otherwise; the weights are always A'_l."""
+    """docs/variants.md: carry = raw A_l for non-recursive prev, A'_l otherwise; the weights are always A'_l."""
     x, mask = _batch([6, 3], 6, seed=8)
     m = _smooth(name)
     res = m(x, mask, prev_attn=_prev(x, mask), need_weights=True)
@@ -362,7 +363,7 @@ def test_module_carry(name: str, carry_is_raw: bool) -> None:
 
 @pytest.mark.parametrize("window", [None, 3], ids=["full", "local3"])
 def test_gradient_flows_through_the_prior(window: int | None) -> None:
-    """The previous layer's weights are not detached (end-to-end, §1.2)."""
+    """The previous layer's weights are not detached (end-to-end, docs/variants.md)."""
     x, mask = _batch([5, 4], 5)
     prev = _prev(x, mask).requires_grad_(True)
     _smooth("prev", window=window)(x, mask, prev_attn=prev).out[~mask].sum().backward()
@@ -386,7 +387,7 @@ def test_predicted_gate() -> None:
     assert g.shape == (2, H, 5, 1)
     for h in range(H):  # σ(q_h · c_h) by hand
         c_h = m.gate_vector[h * DH:(h + 1) * DH]
-        torch.testing.assert_close(g[:, h, :, 0], torch.sigmoid(q[:, h] @ c_h), rtol=0, atol=1e-15)
+        torch.testing.assert_close(g[:, h, :, 0], torch.sigmoid(q[:, h] @ c_h + m.gate_bias[h]), rtol=0, atol=1e-15)
     g_valid = g[:, :, :, 0].transpose(1, 2)[~mask]  # moderate inputs (not the 1e3 padding frames)
     assert ((g_valid > 0) & (g_valid < 1)).all()
     # A' = (1 - g) A + g Ā_{l-1}, row by row
@@ -395,10 +396,11 @@ def test_predicted_gate() -> None:
     raw = _plain(m)(x, mask, need_weights=True).weights
     valid_q = (~mask)[:, None, :, None]
     torch.testing.assert_close(res.weights * valid_q, ((1 - g) * raw + g * prev) * valid_q, rtol=0, atol=1e-12)
-    # c = 0 -> g = 0.5 exactly (the initialisation)
+    # c = 0 and b = logit(γ) -> g = γ = 0.1 (gate_init's default) for any query: where the fixed-γ systems start
     fresh = build_attention({"type": "smooth", "prior": "prev", "recursive": True, "gamma": "predicted"}, D, H, 0.0)
     assert fresh.gate_vector.shape == (D,) and (fresh.gate_vector == 0).all()
-    assert (fresh.gate(q.float()) == 0.5).all()
+    assert fresh.gate_bias.shape == (H,) and fresh.gate_init == 0.1
+    torch.testing.assert_close(fresh.gate(q.float()), torch.full((2, H, 5, 1), 0.1), rtol=0, atol=1e-7)
 
 
 def test_predicted_gate_is_per_head() -> None:
@@ -408,6 +410,7 @@ def test_predicted_gate_is_per_head() -> None:
         m.q_proj.weight[DH:] = m.q_proj.weight[:DH]
         m.q_proj.bias[DH:] = m.q_proj.bias[:DH]
         m.gate_vector[DH:] = m.gate_vector[:DH]
+        m.gate_bias.zero_()  # σ(z) + σ(-z) = 1 below holds without the bias
     q, _, _ = m._project(torch.randn(2, 5, D, dtype=F64))
     assert torch.equal(m.gate(q)[:, 0], m.gate(q)[:, 1])
     with torch.no_grad():
@@ -497,7 +500,7 @@ def test_full_attention_checkpoint_loads_into_every_smoothing_config(system: str
     torch.manual_seed(1)
     st = S2TTransformer(model_config("tiny", vocab_size=11, encoder_layers=n, encoder_attention=spec))
     report = st.load_encoder_from(asr.state_dict())
-    variant = sorted(k for k in st.encoder.state_dict() if k.endswith((".band_logits", ".gate_vector")))
+    variant = sorted(k for k in st.encoder.state_dict() if k.endswith((".band_logits", ".gate_vector", ".gate_bias")))
     assert report.missing == variant
     assert bool(variant) == (system.startswith("band") or system == "rec_pred")
     assert report.skipped == ["ctc_proj.bias", "ctc_proj.weight"]
@@ -536,7 +539,8 @@ def test_registry_and_spec_keys() -> None:
     with pytest.raises(ValueError, match=r"smooth\.gamma"):
         build_attention({"type": "smooth", "prior": "uniform", "gamma": 2.0}, D, H, 0.0)
     m = build_attention({"type": "smooth", "prior": "band"}, D, H, 0.0)
-    assert m.k == 13 and m.band_logits.shape == (13,) and (m.band_logits == 0).all()  # §1.4 A7 default
+    assert m.k == 13 and m.band_logits.shape == (13,) and m.band_init_width == 13  # reading A7 default
+    assert torch.equal(m.band_logits.detach(), torch.full((13,), BAND_INIT_LOGIT))  # starts as the whole band
     assert {n for n, _ in m.named_parameters()} - {f"{p}.{w}" for p in ("q_proj", "k_proj", "v_proj", "out_proj")
                                                    for w in ("weight", "bias")} == {"band_logits"}
 
@@ -576,11 +580,17 @@ def test_smoothing_spec_errors_name_the_key(sdef: dict, needle: str) -> None:
 def test_smoothing_spec_overlay() -> None:
     base = local_attention_spec(4, 2, [3, 5])
     spec = smoothing_spec(base, {"prior": "prev", "recursive": True, "gamma": "predicted", "where": ["encoder"]}, 4)
-    assert spec == [{"type": "full"}] + [{"type": "smooth", "prior": "prev", "gamma": "predicted",
+    assert spec == [{"type": "full"}] + [{"type": "smooth", "prior": "prev", "gamma": "predicted", "gate_init": 0.1,
                                           "recursive": True, **w} for w in ({}, {"window": 3}, {"window": 5})]
     assert base == local_attention_spec(4, 2, [3, 5])  # the base is not modified
     spec = smoothing_spec([{"type": "full"}] * 3, {"prior": "band", "layers": [2]}, 3)
-    assert spec[1] == {"type": "smooth", "prior": "band", "gamma": 0.1, "k": 13} and spec[0] == spec[2] == {"type": "full"}
+    assert spec[1] == {"type": "smooth", "prior": "band", "gamma": 0.1, "k": 13, "band_init_width": 13}
+    assert spec[0] == spec[2] == {"type": "full"}
+    # over a local layer the band starts at the layer's window (Algorithm 1's), capped at k
+    local = smoothing_spec(local_attention_spec(4, 1, [3, 5, 21]), {"prior": "band", "k": 13}, 4)
+    assert [s.get("band_init_width") for s in local] == [13, 3, 5, 13]
+    assert smoothing_spec(local_attention_spec(4, 1, [3, 5, 21]), {"prior": "band", "k": 13, "band_init_width": 7},
+                          4)[1]["band_init_width"] == 7
     # decoder-only smoothing leaves the encoder spec alone
     assert smoothing_spec(base, {"prior": "uniform", "where": ["cross"]}, 4) == base
     # an overlaid spec builds a model (a base layer that is neither full nor local is refused)
@@ -592,7 +602,7 @@ def test_smoothing_spec_overlay() -> None:
         smoothing_spec([{"type": "full"}] * 3, {"prior": "uniform"}, 4)
 
 
-# ------------------------------------------------------------------------ decoder side (§0.3; items 1, 2, 10)
+# ------------------------------------------------------------------------ decoder side (docs/variants.md)
 
 V = 23
 DEC_PRIORS = ["uniform", "prev", "rec", "predicted"]
@@ -810,6 +820,65 @@ def test_decoder_predicted_gate() -> None:
     res = m(query, memory, key_padding_mask=pad, prev_attn=prev, need_weights=True)
     raw = _plain_dec(m)(query, memory, key_padding_mask=pad, need_weights=True).weights
     q = m.q_proj(query).view(2, 3, H, DH)  # (B, L, H, dh)
-    gate = torch.stack([torch.sigmoid(q[:, :, h] @ m.gate_vector[h * DH:(h + 1) * DH]) for h in range(H)], 1)[..., None]
+    gate = torch.stack([torch.sigmoid(q[:, :, h] @ m.gate_vector[h * DH:(h + 1) * DH] + m.gate_bias[h])
+                        for h in range(H)], 1)[..., None]
     assert not torch.allclose(gate, torch.full_like(gate, 0.5))
     torch.testing.assert_close(res.weights, (1 - gate) * raw + gate * prev, rtol=0, atol=1e-12)
+
+
+# ------------------------------------------------------------------------ priors that can act: the start
+
+
+@pytest.mark.parametrize("gate_init", [None, 0.1, 0.3])
+def test_predicted_gate_starts_at_gamma(gate_init: float | None) -> None:
+    """g = σ(q · c_h + b_h) with c = 0 and b_h = logit(gate_init) (default γ = 0.1): every g of every
+    query starts at gate_init, encoder and decoder (the seed's bias-free gate started at 0.5)."""
+    want = 0.1 if gate_init is None else gate_init
+    extra = {} if gate_init is None else {"gate_init": gate_init}
+    enc = build_attention({"type": "smooth", "prior": "prev", "recursive": True, "gamma": "predicted", **extra},
+                          D, H, 0.0)
+    dec = SmoothedMultiheadAttention(D, H, 0.0, prior="prev", recursive=True, gamma="predicted", **extra)
+    for m in (enc, dec):
+        assert m.gate_init == want and m.gate_bias.shape == (H,)
+        torch.testing.assert_close(torch.sigmoid(m.gate_bias.detach()), torch.full((H,), want), rtol=1e-6, atol=0)
+    q = torch.randn(2, H, 7, DH)
+    torch.testing.assert_close(enc.gate(q), torch.full((2, H, 7, 1), want), rtol=1e-6, atol=0)
+    # the weights at initialisation are the fixed-γ system's: A' = (1 - γ) A + γ Ā_{l-1}
+    x, mask = _batch([5, 3], 5, seed=2)
+    prev = _prev(x, mask)
+    fixed = build_attention({"type": "smooth", "prior": "prev", "recursive": True, "gamma": want}, D, H, 0.0)
+    fixed.load_state_dict(enc.state_dict(), strict=False)
+    a = enc.to(F64).eval()(x, mask, prev_attn=prev, need_weights=True).weights
+    b = fixed.to(F64).eval()(x, mask, prev_attn=prev, need_weights=True).weights
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
+    with pytest.raises(ValueError, match=r"smooth\.gate_init"):
+        build_attention({"type": "smooth", "prior": "prev", "recursive": True, "gamma": "predicted", "gate_init": 1.0},
+                        D, H, 0.0)
+    with pytest.raises(ValueError, match=r"smooth\.gate_init"):
+        build_attention({"type": "smooth", "prior": "prev", "gamma": 0.1, "gate_init": 0.2}, D, H, 0.0)
+
+
+@pytest.mark.parametrize("width", [None, 1, 5, 13])
+def test_band_prior_starts_as_a_band_of_its_width(width: int | None) -> None:
+    """The band logits start at ln 100 on the centred ``band_init_width`` entries (default k) and 0 on
+    the rest: the prior starts concentrated on that band, not uniform (the seed's b = 0)."""
+    extra = {} if width is None else {"band_init_width": width}
+    m = build_attention({"type": "smooth", "prior": "band", "k": 13, "gamma": 1.0, **extra}, D, H, 0.0).eval()
+    w = 13 if width is None else width
+    assert m.band_init_width == w
+    b = m.band_logits.detach()
+    inside = (torch.arange(13) - 6).abs() <= (w - 1) // 2
+    assert torch.equal(b[inside], torch.full((w,), BAND_INIT_LOGIT)) and torch.equal(b[~inside], torch.zeros(13 - w))
+    n = 40
+    p = m.prior_weights(torch.ones(1, 1, n, n, dtype=torch.bool), None, torch.float64)[0, 0]  # (N, N)
+    i = n // 2
+    near = (torch.arange(n) - i).abs() <= (w - 1) // 2
+    mass = float(p[i, near].sum().detach())
+    assert mass == pytest.approx(w * 100 / (w * 100 + n - w), rel=1e-6)  # an in-band key 100 x an off-band one
+    assert mass > 0.7 and mass > 13 / n  # a band, far above uniform's in-band share
+    with pytest.raises(ValueError, match=r"smooth\.band_init_width"):
+        build_attention({"type": "smooth", "prior": "band", "k": 13, "band_init_width": 4}, D, H, 0.0)
+    with pytest.raises(ValueError, match=r"smooth\.band_init_width"):
+        build_attention({"type": "smooth", "prior": "band", "k": 5, "band_init_width": 7}, D, H, 0.0)
+    with pytest.raises(ValueError, match=r"smooth\.band_init_width"):
+        build_attention({"type": "smooth", "prior": "uniform", "band_init_width": 3}, D, H, 0.0)

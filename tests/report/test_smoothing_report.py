@@ -81,3 +81,25 @@ def test_hypotheses_of_another_test_set_are_rejected(root: Path) -> None:
     RunPaths(root, "smoothing", "en-de", 1, variant="rec").refs().write_text("other\n" * 4)
     with pytest.raises(ValueError, match="not the same test set"):
         smoothing_section(root, SmoothingParams(systems=["rec"], pairs=["en-de"], seeds=[1, 2]))
+
+
+def test_learned_movement_of_the_band_and_the_gate() -> None:
+    """In-band mass of the band prior at the end vs its start and uniform, at N = exp(uniform entropy);
+    the predicted gate's mean g vs its start."""
+    import math
+
+    from lib.report.smoothing import band_in_band_mass, band_start_logits, learned_movement
+
+    assert band_in_band_mass([0.0] * 13, 110) == pytest.approx(13 / 110)
+    assert band_in_band_mass([0.0] * 13, 110, "masked") == 1.0
+    start = band_start_logits({"prior": "band", "k": 13})
+    assert band_in_band_mass(start, 113) == pytest.approx(1300 / (1300 + 100))
+    assert band_start_logits({"prior": "band", "k": 13, "base": "local"}) is None
+    assert sum(x > 0 for x in band_start_logits({"prior": "band", "k": 13, "band_init_width": 5})) == 5
+    rows = [{"metrics": {"band_logits": [[0.0] * 13, None], "uniform_entropy": math.log(113), "gate_mean": [None, None]}}]
+    cell, flat = learned_movement({"prior": "band", "k": 13}, rows)
+    assert flat["band_in_band_mass"] == pytest.approx(13 / 113, abs=1e-4)
+    assert flat["band_in_band_mass_start"] == pytest.approx(0.9286, abs=1e-4) and "start 92.9%" in cell
+    rows = [{"metrics": {"gate_mean": [None, 0.2, 0.3]}}]
+    cell, flat = learned_movement({"prior": "prev", "gamma": "predicted", "recursive": True}, rows)
+    assert flat == {"gate_mean": 0.25, "gate_start": 0.1} and "start 0.100" in cell

@@ -25,7 +25,8 @@ def test_st_run_of_a_definition(params, tmp_path: Path) -> None:
     spec = smoothing_spec_from_params(params, tmp_path, "rec_pred_all", "en-de", 3)
     assert spec.paths.model == RunPaths(tmp_path, "smoothing", "en-de", 3, variant="rec_pred_all").model
     assert spec.init_encoder == RunPaths(tmp_path, "asr", "en-de").model  # the baseline's ASR model
-    assert spec.train == dataclasses.replace(params.train_st, seed=3)  # the baseline's settings and seed
+    # the baseline's settings and seed, plus the priors' own optimizer group at smoothing.variant_lr
+    assert spec.train == dataclasses.replace(params.train_st, seed=3, variant_lr=params.smoothing.variant_lr)
     enc = spec.encoder_attention
     assert enc[0] == {"type": "full"} and all(s["type"] == "smooth" and s["gamma"] == "predicted" for s in enc[1:])
     assert spec.model_overrides["cross_attention"]["type"] == "smooth"
@@ -38,7 +39,7 @@ def test_asr_systems_start_from_their_smoothed_asr(params, tmp_path: Path) -> No
     p = dataclasses.replace(params, smoothing=dataclasses.replace(params.smoothing, systems=["rec"],
                                                                   asr_systems=["rec"]))
     asr = smoothing_spec_from_params(p, tmp_path, "rec", "en-es")
-    assert asr.task == "asr" and asr.train == params.train_asr
+    assert asr.task == "asr" and asr.train == dataclasses.replace(params.train_asr, variant_lr=params.smoothing.variant_lr)
     assert asr.paths.model == RunPaths(tmp_path, "smoothing_asr", "en-es", variant="rec").model
     st = smoothing_spec_from_params(p, tmp_path, "rec", "en-es", 1)
     assert st.init_encoder == asr.paths.model

@@ -1,0 +1,82 @@
+"""The training loss as one module: :class:`Criterion` (the model plus its loss).
+
+Kept apart from the training loop (lib/train/loop.py, which re-exports it) so that code below the loop
+-- the ``amp: auto`` probe of lib/precision.py, which times training steps -- can build it without
+importing the loop, which itself imports lib/precision.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from lib.data.dataset import BOS_ID, PAD_ID, Batch
+from lib.train.objectives import ctc_loss, label_smoothed_nll_loss
+
+__all__ = ["Criterion", "HostCounts"]
+
+
+@dataclass(frozen=True)
+class HostCounts:
+    """What the loss needs to know about a batch as host numbers, read before the batch moves to the GPU
+    (reading them from device tensors would wait for the GPU): its frame lengths and its target tokens."""
+
+    feat_lengths: list[int]
+    n_target_tokens: int
+
+    @staticmethod
+    def of(batch: Batch) -> "HostCounts":
+        """From a batch whose tensors are on the host (a sync when they are not)."""
+        return HostCounts([int(x) for x in batch.feat_lengths.tolist()], int(batch.target_lengths.sum()))
+
+
+class Criterion(nn.Module):
+    """The model plus its training loss, as one module so that DistributedDataParallel wraps the
+    whole forward (DDP only synchronises gradients of computations run through its forward).
+
+    Head-selection models (docs/variants.md, reading B3): the batch's task ids reach the model, the
+    KL term Σ_side Σ_t n_t K_t^side is computed and returned as part ``kl`` (summed like the CE, so
+    ``kl / tokens`` is per target token), and ``kl_weight`` λ (a float, or ``{side: [λ per task]}``)
+    times it is added to the loss when λ is not 0. Models without head selection: unchanged.
+
+    ``host_parts`` (default True): the parts come back as Python floats (one device read each); False
+    (the training loop): as detached 0-dim tensors, read once per update by the caller, so a CUDA
+    training step waits for nothing."""
+
+    def __init__(self, model: nn.Module, label_smoothing: float, ctc_weight: float,
+                 kl_weight: float | dict[str, list[float]] = 0.0) -> None:
+        super().__init__()
+        self.model, self.label_smoothing, self.ctc_weight = model, label_smoothing, ctc_weight
+        self.kl_weight = kl_weight
+        self.host_parts = True
+        layers = getattr(model, "head_selection_layers", None)
+        self.head_selection = bool(layers()) if callable(layers) else False
+
+    def forward(self, batch: Batch, host: HostCounts | None = None) -> tuple[torch.Tensor, dict]:
+        """Summed loss of one batch: label-smoothed CE (+ ctc_weight * CTC) (+ λ KL), and its parts.
+        ``host``: the batch's :class:`HostCounts` when the caller has them (else read from ``batch``)."""
+        enc = self.model.encode(batch.feats, batch.feat_lengths, task=batch.task,
+                                **({"feat_lengths_host": host.feat_lengths} if host is not None else {}))
+        logits = self.model.decode(batch.prev_tokens, enc)
+        loss, nll = label_smoothed_nll_loss(logits, batch.target, self.label_smoothing, PAD_ID)
+        parts = {"nll": nll.detach(), "ce": loss.detach()}
+        if self.ctc_weight > 0:
+            if enc.ctc_logits is None:
+                raise ValueError("ctc_weight > 0 but the model has no CTC head (set ctc_vocab_size)")
+            c = ctc_loss(enc.ctc_logits, enc.lengths, batch.target, batch.target_lengths, blank=BOS_ID)
+            parts["ctc"] = c.detach()
+            # CTC is summed over labels without eos; rescale so both terms are per target token.
+            n_tokens = host.n_target_tokens if host is not None else batch.n_target_tokens
+            labels = n_tokens - len(batch.ids)
+            loss = loss + self.ctc_weight * c * n_tokens / max(1, labels)
+        if self.head_selection:
+            if batch.task is None:
+                raise ValueError("a head-selection model needs task ids in its batches (Batch.task)")
+            kl = self.model.head_selection_kl(batch.task, batch.target_lengths)
+            parts["kl"] = kl.detach()
+            if isinstance(self.kl_weight, dict) or self.kl_weight != 0:
+                loss = loss + self.model.head_selection_kl(batch.task, batch.target_lengths, weight=self.kl_weight)
+        if self.host_parts:
+            return loss, {k: v.item() for k, v in parts.items()}
+        return loss, parts

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU check of docs/gpu.md, in one prepared run on a CUDA machine without network access
+# (its own python3 with torch, sentencepiece, sacrebleu, pandas, matplotlib, pyyaml, pytest).
+#
+#   bash scripts/gpu_check.sh [OUT_DIR]      # OUT_DIR defaults to $OUT, else ./gpu-check
+#
+# 1. installs the wheels of .whl/ (dvc, dvclive, soundfile, espeakng-loader and what they need that
+#    the machine lacks; built beforehand on a machine with network access, docs/gpu.md "The GPU check")
+#    into a temporary folder, and puts `python` and `dvc` on PATH;
+# 2. the tests that need CUDA, plus every test of the files for the CUDA paths
+#    (tests/model/test_attention_paths.py, tests/train/test_fold_update.py)      -> tests.log
+# 3. python benchmarks/gpu.py (at most ~4 min)                                      -> bench.jsonl, bench.err
+# 4. tests/test_paper_profile.py: the paper profile through real `dvc repro` on CUDA -> paper.log
+#    (the tests copy the project with `git ls-files`: a tree that arrives without .git is made a
+#    git repository of one commit first)
+# Each part runs under its own `timeout`, so a hang costs that part only; about 8 min in all.
+# summary.txt gets one line per part with its exit status and seconds.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-${OUT:-gpu-check}}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+summary="$out/summary.txt"
+: >"$summary"
+
+part() {  # part NAME SECONDS LOG COMMAND...: run with a time limit, log, record status and time
+  local name=$1 limit=$2 log=$3
+  shift 3
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc seconds=$((SECONDS - t0)) limit=$limit$([ $rc = 124 ] && echo ' TIMED OUT')" | tee -a "$summary"
+}
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+  python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA")'
+  python3 -c 'import torch; print(torch.ops.aten._flash_attention_forward.default._schema); print(torch.ops.aten._flash_attention_backward.default._schema)'
+} >"$out/env.txt" 2>&1
+cat "$out/env.txt"
+
+# 1. wheels -> a temporary site folder; `python` (the stages call it) and `dvc` on PATH
+tmp=$(mktemp -d -t gpu-check.XXXXXX)
+site="$tmp/site" bin="$tmp/bin"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl \
+    >>"$out/env.txt" 2>&1 || echo "wheel install failed (see env.txt)" | tee -a "$summary"
+else
+  echo "no .whl/ here: dvc, dvclive and soundfile must already be installed" | tee -a "$summary"
+fi
+mkdir -p "$bin" && ln -sf "$(command -v python3)" "$bin/python"
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$bin:$site/bin:$PATH"
+
+# the project as a git repository (tests/dvc_repo.py copies it with `git ls-files`)
+if ! git rev-parse --git-dir >/dev/null 2>&1; then
+  git init -q . && printf '/.whl/\n/gpu-check/\n' >>.git/info/exclude && git add -A \
+    && git -c user.name=gpu-check -c user.email=gpu-check@localhost commit -qm "gpu check snapshot" \
+    || echo "could not make the tree a git repository: test_paper_profile will fail" | tee -a "$summary"
+fi
+
+# 2. CUDA tests (the CUDA twins are named *cuda*) and every test of the CUDA-path files
+part tests 110 "$out/tests.log" python3 -m pytest -q -p no:cacheprovider -rs \
+  tests/model/test_attention_paths.py tests/train/test_fold_update.py \
+  tests/model/test_local_attention.py tests/model/test_attention.py tests/model/test_s2t_transformer.py \
+  tests/decode/test_beam_search.py -k "cuda or attention_paths or fold_update"
+
+# 3. the benchmark (its own budget: 200 s of parts, then it skips the rest)
+part bench 250 "$out/bench.jsonl" python3 benchmarks/gpu.py --budget 200
+grep -v '^{' "$out/bench.jsonl" >"$out/bench.err" || true
+
+# 4. the paper profile through `dvc repro` on CUDA
+part paper_profile 170 "$out/paper.log" python3 -m pytest -q -p no:cacheprovider -rs tests/test_paper_profile.py
+
+cat "$summary"

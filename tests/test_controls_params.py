@@ -1,0 +1,47 @@
+"""params.yaml's `controls` group (opt-in controls for Algorithm 1): empty by default in every
+profile, and a bad value stops with its key's name."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lib.params import ParamError, load_params
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _write(tmp_path: Path, mutate) -> Path:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    mutate(params)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+@pytest.mark.parametrize("profile", ["params.yaml", "profiles/demo-fast.yaml", "profiles/paper.yaml"])
+def test_controls_are_off_by_default(profile: str) -> None:
+    c = load_params(REPO / profile).controls
+    assert c.systems == [] and c.band_seeds == [] and c.shuffle_seed == 1
+
+
+def test_controls_may_be_listed(tmp_path: Path) -> None:
+    p = load_params(_write(tmp_path, lambda p: p["controls"].update(systems=["local_shuffled", "local_uniform"],
+                                                                    band_seeds=[2, 5], shuffle_seed=7)))
+    assert p.controls.systems == ["local_shuffled", "local_uniform"] and p.controls.band_seeds == [2, 5]
+
+
+@pytest.mark.parametrize("mutate, key", [
+    (lambda p: p["controls"].__setitem__("systems", ["local_wide"]), r"controls.systems\[0\]: unknown control 'local_wide'"),
+    (lambda p: p["controls"].__setitem__("systems", ["local_uniform", "local_uniform"]), "controls.systems: duplicates"),
+    (lambda p: p["controls"].__setitem__("systems", "local_uniform"), "controls.systems: expected a list"),
+    (lambda p: p["controls"].__setitem__("shuffle_seed", -1), "controls.shuffle_seed: must be >= 0"),
+    (lambda p: p["controls"].__setitem__("shuffle_seed", 1.5), "controls.shuffle_seed: expected an integer"),
+    (lambda p: p["controls"].__setitem__("band_seeds", [1, 1]), "controls.band_seeds: duplicates"),
+    (lambda p: p["controls"].__setitem__("band_seeds", [9]), r"controls.band_seeds\[0\]: 9 is not in seeds"),
+    (lambda p: p["controls"].__setitem__("band_seed", [1]), "controls.band_seed"),
+])
+def test_bad_values_name_the_key(tmp_path: Path, mutate, key: str) -> None:
+    with pytest.raises(ParamError, match=key):
+        load_params(_write(tmp_path, mutate))

@@ -1,0 +1,235 @@
+"""Folded updates (lib/train/loop.py: merge_batches, FoldPolicy) and the training step without a host
+sync per batch (_forward_backward, _read_parts); the Criterion below the loop (lib/train/criterion.py)."""
+
+from __future__ import annotations
+
+import ast
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lib.data.dataset import PAD_ID, Batch
+from lib.model.s2t_transformer import S2TTransformer, model_config
+from lib.params import TrainConfig
+from lib.train.criterion import Criterion, HostCounts
+from lib.train.loop import FoldPolicy, RunState, _forward_backward, _read_parts, merge_batches, train_config_dict
+
+REPO = Path(__file__).resolve().parents[2]
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _batch(lengths, tgt_lengths, seed, dtype=torch.float64, task=None, prefix="u"):
+    g = torch.Generator().manual_seed(seed)
+    t, l_max = max(lengths), max(tgt_lengths)
+    feats = torch.randn(len(lengths), t, 80, generator=g, dtype=dtype)
+    feats = feats.masked_fill((torch.arange(t)[None, :] >= torch.tensor(lengths)[:, None])[..., None], 0.0)
+    target = torch.full((len(lengths), l_max), PAD_ID, dtype=torch.long)
+    prev = torch.full_like(target, PAD_ID)
+    for i, n in enumerate(tgt_lengths):
+        tok = torch.randint(4, 11, (n,), generator=g)
+        tok[-1] = 2  # eos
+        target[i, :n] = tok
+        prev[i, 0] = 2
+        prev[i, 1:n] = tok[:-1]
+    ids = [f"{prefix}{seed}_{i}" for i in range(len(lengths))]
+    return Batch(ids, feats, torch.tensor(lengths), prev, target, torch.tensor(tgt_lengths),
+                 [f"src {i}" for i in ids], [f"tgt {i}" for i in ids], task)
+
+
+def _batches(dtype=torch.float64):
+    return [_batch([50, 47, 30], [5, 7, 3], 1, dtype), _batch([71, 20], [9, 2], 2, dtype),
+            _batch([33, 33, 12, 64], [4, 4, 2, 6], 3, dtype)]
+
+
+def test_merge_batches_sorts_and_pads():
+    bs = _batches()
+    m = merge_batches(bs)
+    assert m.feat_lengths.tolist() == [71, 64, 50, 47, 33, 33, 30, 20, 12]
+    assert m.ids == ["u2_0", "u3_3", "u1_0", "u1_1", "u3_0", "u3_1", "u1_2", "u2_1", "u3_2"]  # stable
+    assert m.feats.shape == (9, 71, 80) and m.target.shape == (9, 9)
+    assert torch.equal(m.feats[1, :64], bs[2].feats[3, :64]) and torch.equal(m.feats[2, 50:], torch.zeros(21, 80))
+    assert torch.equal(m.target[2, :7], bs[0].target[0]) and (m.target[2, 5:] == PAD_ID).all()
+    assert m.src_texts[0] == "src u2_0" and m.tgt_texts[-1] == "tgt u3_2"
+    assert m.n_target_tokens == sum(b.n_target_tokens for b in bs) and m.n_frames == sum(b.n_frames for b in bs)
+    assert merge_batches(bs[:1]) is bs[0]
+    tasks = [_batch([5], [2], 7, task=torch.tensor([1])), _batch([9], [3], 8, task=torch.tensor([0]))]
+    assert merge_batches(tasks).task.tolist() == [0, 1]
+    with pytest.raises(ValueError, match="task ids"):
+        merge_batches([tasks[0], _batch([5], [2], 9)])
+
+
+def _grads(model, batches, fold):
+    model.zero_grad(set_to_none=True)
+    crit = Criterion(model, 0.1, 0.0)
+    crit.host_parts = False
+    tokens = torch.tensor(float(sum(b.n_target_tokens for b in batches)), dtype=torch.float64)
+    steps = [merge_batches(batches)] if fold else batches
+    policy = FoldPolicy("on" if fold else "off", torch.device("cpu"), len(batches))
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    pending = _forward_backward(crit, steps, tokens, 1, torch.device("cpu"), "none", scaler, policy)
+    logged = _read_parts(pending, RunState())
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, logged
+
+
+@pytest.mark.parametrize("attention", ["full", "local"])
+def test_folded_gradient_equals_accumulated_fp64(attention):
+    """Same gradient (normalised by the update's tokens) and the same logged sums, up to float rounding."""
+    specs = [{"type": "full"}, {"type": "local", "window": 3}] if attention == "local" else None
+    cfg = model_config("tiny", vocab_size=11, encoder_attention=specs)
+    torch.manual_seed(0)
+    model = S2TTransformer(cfg).double().eval()  # no dropout: the two orders draw no random numbers
+    acc, logged_acc = _grads(model, _batches(), fold=False)
+    fold, logged_fold = _grads(model, _batches(), fold=True)
+    assert acc.keys() == fold.keys() and len(acc) > 10
+    for name in acc:
+        torch.testing.assert_close(fold[name], acc[name], atol=1e-12, rtol=1e-9, msg=name)
+    assert logged_fold.keys() == logged_acc.keys() == {"nll", "ce"}
+    for k in logged_acc:  # (the loss is summed in fp32: lib.train.objectives.label_smoothed_nll_loss)
+        assert logged_fold[k] == pytest.approx(logged_acc[k], rel=1e-6)
+
+
+def test_read_parts_sums_as_reading_each_part_did():
+    parts = [{"nll": torch.tensor(1.1, dtype=torch.float32), "ce": torch.tensor(2.3, dtype=torch.float32)},
+             {"nll": torch.tensor(0.7, dtype=torch.float32), "ce": torch.tensor(1e-3, dtype=torch.float32)}]
+    logged = _read_parts([(["a"], parts[0]), (["b"], parts[1])], RunState())
+    expected = {}
+    for p in parts:
+        for k, v in p.items():
+            expected[k] = expected.get(k, 0.0) + v.item()
+    assert logged == expected  # bit for bit
+    bad = {"nll": torch.tensor(1.0), "ce": torch.tensor(float("nan"))}
+    with pytest.raises(FloatingPointError, match=r"update 4 .*\['x1'"):
+        _read_parts([(["a"], parts[0]), (["x1", "x2"], bad)], RunState(update=3))
+    bad_ctc = {"nll": torch.tensor(1.0), "ce": torch.tensor(1.0), "ctc": torch.tensor(float("inf"))}
+    with pytest.raises(FloatingPointError):
+        _read_parts([(["a"], bad_ctc)], RunState())
+
+
+@pytest.mark.parametrize("mode, device, k, expected", [
+    ("off", "cpu", 4, False), ("on", "cpu", 4, True), ("auto", "cpu", 4, False),
+    ("on", "cpu", 1, False), ("auto", "cuda", 1, False), ("off", "cuda", 8, False),
+])
+def test_fold_policy_table(mode, device, k, expected):
+    policy = FoldPolicy(mode, torch.device(device), k)
+    batches = [_batch([10], [2], i) for i in range(k)]
+    assert policy.decide(batches) is expected
+
+
+def test_fold_policy_auto_on_cuda_waits_for_a_measurement():
+    policy = FoldPolicy("auto", torch.device("cuda"), 2)
+    assert policy.measuring() and policy.decide([_batch([10], [2], 1), _batch([10], [2], 2)]) is False
+    policy.gave_up = True
+    assert not policy.measuring()
+
+
+def test_fold_update_is_validated_and_neutral_in_the_fingerprint():
+    with pytest.raises(ValueError, match="train.fold_update"):
+        TrainConfig(fold_update="yes").validate()
+    assert "fold_update" not in train_config_dict(TrainConfig())  # auto: the fingerprints of earlier runs
+    assert train_config_dict(TrainConfig(fold_update="off"))["fold_update"] == "off"
+
+
+def test_criterion_host_counts_and_parts():
+    cfg = model_config("tiny", vocab_size=11, ctc_vocab_size=11)
+    torch.manual_seed(0)
+    model = S2TTransformer(cfg).double().eval()
+    b = _batches()[0]
+    crit = Criterion(model, 0.1, 0.3)
+    loss, parts = crit(b)
+    assert isinstance(parts["ce"], float) and isinstance(parts["ctc"], float)
+    host = HostCounts.of(b)
+    assert host == HostCounts([50, 47, 30], 15)
+    crit.host_parts = False
+    loss2, parts2 = crit(b, host)
+    assert torch.equal(loss, loss2) and isinstance(parts2["ce"], torch.Tensor) and parts2["ce"].item() == parts["ce"]
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth of its code (lazy imports inside functions too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_precision_does_not_import_the_training_loop():
+    """No import circle: the `amp: auto` probe (lib/precision.py) builds its Criterion from
+    lib/train/criterion.py, which imports neither the loop nor lib.precision; the loop imports both."""
+    assert "lib.train.loop" not in _imports(REPO / "lib" / "precision.py")
+    assert "lib.train.criterion" in _imports(REPO / "lib" / "precision.py")
+    assert not {"lib.train.loop", "lib.precision"} & _imports(REPO / "lib" / "train" / "criterion.py")
+    code = "import lib.precision, sys; assert 'lib.train.loop' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+# ----------------------------------------------------------------------------- CUDA twins
+
+
+@CUDA
+def test_cuda_folded_gradient_equals_accumulated_fp32():
+    cfg = model_config("tiny", vocab_size=11, encoder_attention=[{"type": "full"}, {"type": "local", "window": 3}])
+    torch.manual_seed(0)
+    model = S2TTransformer(cfg).cuda().eval()
+    grads = {}
+    for fold in (False, True):
+        model.zero_grad(set_to_none=True)
+        batches = _batches(torch.float32)
+        crit = Criterion(model, 0.1, 0.0)
+        crit.host_parts = False
+        tokens = torch.tensor(float(sum(b.n_target_tokens for b in batches))).to("cuda", non_blocking=True)
+        steps = [merge_batches(batches)] if fold else batches
+        policy = FoldPolicy("on" if fold else "off", torch.device("cuda"), 3)
+        _forward_backward(crit, steps, tokens, 1, torch.device("cuda"), "none",
+                          torch.amp.GradScaler("cuda", enabled=False), policy)
+        grads[fold] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    for name in grads[False]:
+        torch.testing.assert_close(grads[True][name], grads[False][name], atol=1e-5, rtol=1e-3, msg=name)
+
+
+@CUDA
+@pytest.mark.parametrize("fold", [False, True])
+def test_cuda_training_step_has_no_sync_per_batch(fold):
+    """The batches' forward and backward (bf16 autocast, packed encoder where FA2 is usable) run with
+    torch.cuda.set_sync_debug_mode("error"): nothing waits for the GPU until _read_parts."""
+    cfg = model_config("tiny", vocab_size=11, encoder_attention=[{"type": "full"}, {"type": "local", "window": 3}])
+    torch.manual_seed(0)
+    model = S2TTransformer(cfg).cuda().train()
+    crit = Criterion(model, 0.1, 0.0)
+    crit.host_parts = False
+    batches = _batches(torch.float32)
+    tokens = torch.tensor(float(sum(b.n_target_tokens for b in batches))).to("cuda", non_blocking=True)
+    steps = [merge_batches(batches)] if fold else batches
+    policy = FoldPolicy("on" if fold else "off", torch.device("cuda"), 3)
+    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    _forward_backward(crit, steps, tokens, 1, torch.device("cuda"), "bf16", scaler, policy)  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pending = _forward_backward(crit, steps, tokens, 1, torch.device("cuda"), "bf16", scaler, policy)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    logged = _read_parts(pending, RunState())
+    assert math.isfinite(logged["ce"])
+
+
+@CUDA
+def test_cuda_fold_auto_measures_then_decides():
+    policy = FoldPolicy("auto", torch.device("cuda"), 2)
+    cfg = model_config("tiny", vocab_size=11)
+    model = S2TTransformer(cfg).cuda().train()
+    crit = Criterion(model, 0.1, 0.0)
+    crit.host_parts = False
+    batches = _batches(torch.float32)[:2]
+    tokens = torch.tensor(float(sum(b.n_target_tokens for b in batches))).to("cuda", non_blocking=True)
+    assert policy.decide(batches) is False  # not measured yet: accumulate
+    _forward_backward(crit, batches, tokens, 1, torch.device("cuda"), "none",
+                      torch.amp.GradScaler("cuda", enabled=False), policy)
+    assert policy.per_slot is not None and policy.per_slot > 0
+    assert policy.decide(batches) is True  # a tiny model fits on any card
