@@ -1138,12 +1138,15 @@ def set_head_selection_noise(model: nn.Module, scale: float) -> int:
     lib.train.objectives.head_selection_noise); returns how many modules were set. s >= 0."""
     if not scale >= 0:
         raise ValueError(f"head-selection noise scale must be >= 0, got {scale!r}")
-    n = 0
-    for m in model.modules():
-        if isinstance(m, HeadSelection):
-            m.noise_scale = float(scale)
-            n += 1
-    return n
+    return _set_on_head_selection(model, "noise_scale", float(scale))
+
+
+def _set_on_head_selection(model: nn.Module, attr: str, value: float) -> int:
+    """Set ``attr`` on every head-selection module of ``model``; how many were set."""
+    modules = [m for m in model.modules() if isinstance(m, HeadSelection)]
+    for m in modules:
+        setattr(m, attr, value)
+    return len(modules)
 
 
 #: Names of the attention variants' own parameters (head-selection logits, band-prior logits, the
@@ -1164,12 +1167,7 @@ def set_head_selection_tau(model: nn.Module, tau: float) -> int:
     were set. τ > 0 (ValueError otherwise)."""
     if not tau > 0:
         raise ValueError(f"head-selection temperature must be > 0, got {tau!r}")
-    n = 0
-    for m in model.modules():
-        if isinstance(m, HeadSelection):
-            m.tau = float(tau)
-            n += 1
-    return n
+    return _set_on_head_selection(model, "tau", float(tau))
 
 
 # Keyword parameters of the base constructor are not spec keys (d_model / n_heads / dropout /
