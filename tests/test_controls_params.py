@@ -5,19 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lib.params import ParamError, load_params
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _write(tmp_path: Path, mutate) -> Path:
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    mutate(params)
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params))
-    return path
+from tests.test_params import REPO, _write
 
 
 @pytest.mark.parametrize("profile", ["params.yaml", "profiles/demo-fast.yaml", "profiles/paper.yaml"])
