@@ -22,8 +22,11 @@ metrics/variants and data/decoded/variants, which hold a committed README so the
     multi          one multilingual ST model over all pairs        runs/variants/multi/<variant>/seed<k>
                    (Gong et al.; <variant> = baseline | subset | group | baseline_h8); its decoded test sets
                    are per pair: data/decoded/variants/multi/<variant>/seed<k>/hyps.<pair>.tst-COMMON.txt
+    controls_asr   a control's own fork of the shared ASR training     runs/variants/controls_asr/<variant>
+                   (controls.asr_systems; one for every pair, like asr_local_shared)
     controls       ST with a control of Algorithm 1's windows          runs/variants/controls/<variant>/<pair>/seed<k>
-                   (<variant> = local_uniform | local_shuffled; lib/model/spec.py), from runs/asr_local/<pair>
+                   (<variant> = local_uniform | local_shuffled; lib/model/spec.py), from its controls_asr
+                   model, or from runs/asr_local/<pair> when it has none
 
 The inference band test of every window configuration on the ST baseline of one seed (stage band_test,
 opt-in): metrics/variants/band_test/<pair>/seed<k>.json and its figure plots/variants/band_test/<pair>/seed<k>.png.
@@ -58,7 +61,7 @@ __all__ = ["ASR_SYSTEMS", "SHARED_SYSTEMS", "ST_SYSTEMS", "SYSTEMS", "VARIANT_AS
 
 ASR_SYSTEMS = ("asr_shared", "asr", "asr_local", "asr_local_shared")
 ST_SYSTEMS = ("baseline", "local")
-VARIANT_ASR_SYSTEMS = ("smoothing_asr",)
+VARIANT_ASR_SYSTEMS = ("smoothing_asr", "controls_asr")
 VARIANT_ST_SYSTEMS = ("smoothing", "multi", "controls")
 SYSTEMS = ASR_SYSTEMS + ST_SYSTEMS + VARIANT_ASR_SYSTEMS + VARIANT_ST_SYSTEMS
 SHARED_SYSTEMS = ("asr_shared", "asr_local_shared")  # one model for every pair: no <pair> in the path
@@ -82,6 +85,10 @@ def run_name(system: str, pair: str | None = None, seed: int | None = None, vari
         raise ValueError(f"system {system!r} takes no variant name, got {variant!r}")
     if system in SHARED_SYSTEMS:
         return system
+    if system == "controls_asr":  # one fork per control for every pair (local.fork: shared)
+        if pair is not None or seed is not None:
+            raise ValueError(f"system 'controls_asr' covers every pair: no pair or seed, got {pair!r}, {seed!r}")
+        return f"variants/controls_asr/{variant}"
     if system == "multi":  # one model for all pairs
         if pair is not None:
             raise ValueError(f"system 'multi' covers every pair: no pair, got {pair!r}")

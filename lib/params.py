@@ -631,11 +631,17 @@ class ControlsParams:
     window, the mean of Algorithm 1's windows rounded to the nearest odd width, ties up) and
     ``local_shuffled`` (Algorithm 1's windows permuted across those layers with ``shuffle_seed``);
     lib.model.spec has the rules. Stage train_control trains each for every pair and seed like
-    `local` (same ASR model runs/asr_local/<pair>, same ``train_st``). ``band_seeds`` (default [] =
-    no stage): the seeds whose ST baseline gets the inference band test of every configuration
-    (stage band_test, per pair and seed)."""
+    `local` (same ``train_st``). ``asr_systems``: the controls whose ASR model follows local's fork rule
+    with the control's own windows (stage train_asr_control: the shared ASR training forked
+    ``asr.fork_updates`` updates before its end and finished with, per layer, the widest of every pair's
+    control windows, as train_asr_local_shared does with Algorithm 1's); the other controls start from
+    the local system's ASR model runs/asr_local/<pair>, finished with Algorithm 1's windows (cheaper, but
+    biased towards Algorithm 1). Needs ``local.asr_pretraining: fork`` with ``local.fork: shared``.
+    ``band_seeds`` (default [] = no stage): the seeds whose ST baseline gets the inference band test of
+    every configuration (stage band_test, per pair and seed)."""
 
     systems: list[str] = field(default_factory=list)
+    asr_systems: list[str] = field(default_factory=list)
     shuffle_seed: int = 1
     band_seeds: list[int] = field(default_factory=list)
 
@@ -647,6 +653,12 @@ class ControlsParams:
                 raise ParamError(f"{prefix}.systems[{i}]: unknown control {name!r}; known: {list(CONTROL_SYSTEMS)}")
         if len(set(self.systems)) != len(self.systems):
             raise ParamError(f"{prefix}.systems: duplicates in {self.systems}")
+        for i, name in enumerate(self.asr_systems):
+            if name not in self.systems:
+                raise ParamError(f"{prefix}.asr_systems[{i}]: {name!r} is not in {prefix}.systems {self.systems} "
+                                 f"(its ASR fork would train for nothing)")
+        if len(set(self.asr_systems)) != len(self.asr_systems):
+            raise ParamError(f"{prefix}.asr_systems: duplicates in {self.asr_systems}")
         if len(set(self.band_seeds)) != len(self.band_seeds):
             raise ParamError(f"{prefix}.band_seeds: duplicates in {self.band_seeds}")
         if self.shuffle_seed < 0:
@@ -823,6 +835,11 @@ class Params:
         if self.multi.systems and self.multi.asr_init not in self.pairs:
             raise ParamError(f"multi.asr_init: {self.multi.asr_init!r} is not in pairs {self.pairs} (its ASR model "
                              f"initialises the multilingual encoder)")
+        if self.controls.asr_systems and not (self.local.asr_pretraining == "fork" and self.local.fork == "shared"):
+            raise ParamError(f"controls.asr_systems: {self.controls.asr_systems} fork the shared ASR training like "
+                             f"local.asr_pretraining: fork with local.fork: shared, but local.asr_pretraining is "
+                             f"{self.local.asr_pretraining} and local.fork is {self.local.fork}; set "
+                             f"controls.asr_systems: []")
         for i, seed in enumerate(self.controls.band_seeds):
             if seed not in self.seeds:
                 raise ParamError(f"controls.band_seeds[{i}]: {seed} is not in seeds {self.seeds} (the band test runs "

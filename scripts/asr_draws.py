@@ -65,7 +65,8 @@ def subprocess_runner(argv: list[str], cwd: Path) -> None:
     logs.mkdir(exist_ok=True)
     name = "_".join(Path(argv[0]).stem if i == 0 else a.lstrip("-") for i, a in enumerate(argv))
     with open(logs / f"{name}.log", "w", encoding="utf-8") as log:
-        proc = subprocess.run([sys.executable, *argv], cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        # absolute: with a relative PATH entry (PATH=.venv/bin:...) sys.executable is relative to this checkout
+        proc = subprocess.run([os.path.abspath(sys.executable), *argv], cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}) in {cwd}; see {logs / (name + '.log')}")
 

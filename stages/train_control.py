@@ -7,13 +7,12 @@ seed: ST with local attention in layers k+1..L like `train_local`, but with the 
   nearest odd width (ties up);
 - ``local_shuffled``: Algorithm 1's windows permuted across the local layers with `controls.shuffle_seed`.
 
-Everything else is `train_local`'s: the same `train_st` settings and seed, decoding and metrics, and the
-same ASR model, runs/asr_local/<pair>/model.pt (stage `train_asr_local`). The control reuses the local
-system's ASR model instead of forking its own, so that it costs one ST run per pair and seed (a fork
-would add `asr.fork_updates` ASR updates per control); with `local.asr_pretraining: fork` that encoder
-was finished with Algorithm 1's windows (under `local.fork: shared` the widest of all pairs'), which the
-control's ST run then changes: the comparison with `local` is the ST-time window choice on the same
-encoder, which is what `local` itself changes relative to its fork under `local.fork: shared`.
+Everything else is `train_local`'s: the same `train_st` settings and seed, decoding and metrics. The
+ASR model (lib.train.run.control_asr_model): with the control in `controls.asr_systems`, its own fork
+(stage `train_asr_control`: local's fork rule with the control's windows), so that the comparison with
+`local` differs in the windows only; otherwise the local system's runs/asr_local/<pair>/model.pt, which
+costs no ASR updates but was finished with Algorithm 1's windows (with `local.fork: shared` the widest
+of all pairs'), so the control's ST run pays for a mismatch that `local` does not.
 
     python stages/train_control.py local_uniform en-de 1
 """
@@ -29,7 +28,7 @@ from lib.io import atomic_write_json
 from lib.layout import RunPaths
 from lib.model.spec import CONTROL_SYSTEMS, control_attention_spec
 from lib.train.loop import init_distributed
-from lib.train.run import local_encoder_attention, run, spec_from_params
+from lib.train.run import control_asr_model, local_encoder_attention, run, spec_from_params
 
 
 def main() -> None:
@@ -48,10 +47,12 @@ def main() -> None:
     init_distributed()
     spec = spec_from_params(p, ROOT, "local", args.pair, args.seed, encoder_attention=spec_layers)
     spec.paths = RunPaths(ROOT, "controls", args.pair, args.seed, variant=args.system)
+    spec.init_encoder = control_asr_model(p, ROOT, args.system, args.pair)
     metrics = run(spec)
     if metrics:
         windows = [s.get("window", 0) for s in spec_layers]
         metrics = {**metrics, "system": args.system, "windows": windows,
+                   "asr_model": "own fork" if args.system in p.controls.asr_systems else "local's",
                    "algorithm1_windows": [s.get("window", 0) for s in local]}
         atomic_write_json(spec.paths.metrics, metrics)
         print(json.dumps({k: metrics[k] for k in ("bleu", "chrf", "windows")}))

@@ -256,8 +256,9 @@ def test_control_stages_follow_lib_layout(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
     with Repo(str(tmp_path)) as repo:
-        assert not [s.name for s in repo.index.stages if s.name.startswith(("train_control", "band_test"))]
-    params["controls"].update(systems=["local_uniform", "local_shuffled"], band_seeds=[2])
+        assert not [s.name for s in repo.index.stages
+                    if s.name.startswith(("train_control", "train_asr_control", "band_test"))]
+    params["controls"].update(systems=["local_uniform", "local_shuffled"], asr_systems=["local_uniform"], band_seeds=[2])
     params.update(pairs=["en-de", "en-it"], seeds=[1, 2])
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     with Repo(str(tmp_path)) as repo:
@@ -279,6 +280,19 @@ def test_control_stages_follow_lib_layout(tmp_path: Path) -> None:
                 deps = {d.def_path for d in stages[name].deps}
                 assert {rel(RunPaths(tmp_path, "asr_local", pair).model), rel(layout.windows_json(tmp_path, pair))} <= deps
                 assert ("report", name) in graph_edges and (name, f"train_asr_local@{pair}") in graph_edges
+                # the control's own fork, when it has one, is upstream (through the folder it depends on)
+                assert rel(RunPaths(tmp_path, "controls_asr", variant="local_uniform").run_dir.parent) in deps
+                assert (name, "train_asr_control@local_uniform") in graph_edges
+    # one fork per control listed in asr_systems, for every pair: local's shared fork rule
+    assert sorted(n for n in stages if n.startswith("train_asr_control")) == ["train_asr_control@local_uniform"]
+    fork = RunPaths(tmp_path, "controls_asr", variant="local_uniform")
+    name = "train_asr_control@local_uniform"
+    assert {o.def_path for o in stages[name].outs} == {rel(fork.model), rel(fork.timing), rel(fork.decoded),
+                                                       rel(fork.metrics), rel(fork.curves)}
+    deps = {d.def_path for d in stages[name].deps}
+    assert {rel(RunPaths(tmp_path, "asr_shared").fork_state), "data/windows"} <= deps
+    assert (name, "train_asr_shared") in graph_edges and all(
+        (name, f"select_windows@{pair}") in graph_edges for pair in ("en-de", "en-it"))
     assert sorted(n for n in stages if n.startswith("band_test@")) == ["band_test@en-de-2", "band_test@en-it-2"]
     for pair in ("en-de", "en-it"):
         name = f"band_test@{pair}-2"

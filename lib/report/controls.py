@@ -182,6 +182,20 @@ def _verdict(name: str, m: float, h: float) -> str:
     return f"`{name}` matches Algorithm 1's windows within the seed spread: {_ci(m, h)} BLEU, an interval that holds 0"
 
 
+def _asr_sentence(p: Params) -> str:
+    """Which ASR model the controls start from (``controls.asr_systems``)."""
+    own = [name for name in p.controls.systems if name in p.controls.asr_systems]
+    if not own:
+        return "Same ASR model as `local` (runs/asr_local/<pair>, no fork of its own)"
+    others = [name for name in p.controls.systems if name not in own]
+    text = (", ".join(f"`{n}`" for n in own) + ": an ASR fork of its own (stage train_asr_control: the shared ASR "
+            f"training finished over its last {p.asr.fork_updates} updates with the control's windows, as `local`'s "
+            "is with Algorithm 1's)")
+    if others:
+        text += "; " + ", ".join(f"`{n}`" for n in others) + ": `local`'s ASR model (runs/asr_local/<pair>)"
+    return text
+
+
 def controls_section(root: Path, p: Params, scores: Sequence[SystemScores],
                      runs: dict[str, list[ControlRun]], sig: dict[str, list[dict]]) -> tuple[str, dict[str, float]]:
     """The section on the retrained controls (Markdown) and its flat keys; ("", {}) without controls.
@@ -195,7 +209,7 @@ def controls_section(root: Path, p: Params, scores: Sequence[SystemScores],
              f"retrains the local system with other windows in layers {full + 1}-L: `local_uniform` puts every such "
              "layer at one window, the mean of Algorithm 1's windows rounded to the nearest odd width (ties up); "
              "`local_shuffled` permutes Algorithm 1's windows across those layers (`controls.shuffle_seed` = "
-             f"{p.controls.shuffle_seed}). Same ASR model as `local` (runs/asr_local/<pair>, no fork of its own), same "
+             f"{p.controls.shuffle_seed}). {_asr_sentence(p)}, same "
              f"`train_st` settings and seeds {p.seeds}. Δ: mean over seeds of the per-seed difference, with its 95 % "
              "t-interval; p < 0.05: seeds where sacreBLEU's paired bootstrap (1000 resamples) finds a difference.\n"]
     flat: dict[str, float] = {}

@@ -402,6 +402,37 @@ def shared_fork_attention(p: Params, root: Path) -> list[dict]:
     return widest_spec([local_encoder_attention(p, root, pair) for pair in p.pairs], key="local.fork: shared")
 
 
+def control_fork_attention(p: Params, root: Path, system: str) -> list[dict]:
+    """The encoder attention of control ``system``'s own fork (stage train_asr_control): per layer the
+    widest of every pair's control windows (lib.model.spec.control_attention_spec of that pair's
+    local spec), as :func:`shared_fork_attention` is for Algorithm 1's. ValueError names what is missing."""
+    from lib.model.spec import control_attention_spec, widest_spec
+
+    specs = [control_attention_spec(local_encoder_attention(p, root, pair), system,
+                                    shuffle_seed=p.controls.shuffle_seed, key=f"{system} of {pair}'s local windows")
+             for pair in p.pairs]
+    return widest_spec(specs, key=f"controls.asr_systems: {system}")
+
+
+def control_fork_spec_from_params(p: Params, root: Path, system: str, encoder_attention: list[dict]) -> RunSpec:
+    """Control ``system``'s own fork (``controls.asr_systems``, runs/variants/controls_asr/<system>): the
+    shared English ASR training finished from its fork state with ``encoder_attention``
+    (:func:`control_fork_attention`), exactly as :func:`shared_fork_spec_from_params` finishes it with
+    Algorithm 1's windows for the local system; so a control and `local` start their ST runs from ASR
+    models that differ only in the windows of the last ``asr.fork_updates`` updates."""
+    spec = shared_fork_spec_from_params(p, root, encoder_attention)
+    spec.paths = RunPaths(root, "controls_asr", variant=system)
+    return spec
+
+
+def control_asr_model(p: Params, root: Path, system: str, pair: str) -> Path:
+    """The ASR model control ``system``'s ST run starts from: its own fork when it is in
+    ``controls.asr_systems``, else the local system's runs/asr_local/<pair>/model.pt."""
+    if system in p.controls.asr_systems:
+        return RunPaths(root, "controls_asr", variant=system).model
+    return RunPaths(root, "asr_local", pair).model
+
+
 def uses_shared_fork(p: Params) -> bool:
     """Whether train_local's ASR models come from the one shared fork (stage train_asr_local_shared)."""
     return p.local.asr_pretraining == "fork" and p.local.fork == "shared"

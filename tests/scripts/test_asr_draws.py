@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -124,7 +125,20 @@ def test_subprocess_runner_names_the_log(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(asr_draws.subprocess, "run", fake_run)
     with pytest.raises(RuntimeError, match=r"stages/health.py en-de st failed \(3\).*health_en-de_st.log"):
         asr_draws.subprocess_runner(["stages/health.py", "en-de", "st"], tmp_path)
-    assert seen == {"cmd": [sys.executable, "stages/health.py", "en-de", "st"], "cwd": tmp_path}
+    assert seen == {"cmd": [os.path.abspath(sys.executable), "stages/health.py", "en-de", "st"], "cwd": tmp_path}
+
+
+def test_subprocess_runner_runs_a_relative_interpreter_from_the_draw_folder(tmp_path: Path, monkeypatch) -> None:
+    # `PATH=.venv/bin:$PATH python scripts/asr_draws.py` gives a relative sys.executable; the stage runs
+    # with the draw folder as its cwd, where that relative path does not exist
+    here = Path.cwd()
+    rel = os.path.relpath(sys.executable, here)
+    monkeypatch.setattr(asr_draws.sys, "executable", rel)
+    draw = tmp_path / "draw"
+    (draw / "stages").mkdir(parents=True)
+    (draw / "stages" / "hello.py").write_text("print('ran')\n")
+    asr_draws.subprocess_runner(["stages/hello.py"], draw)
+    assert (draw / "logs" / "hello.log").read_text().strip() == "ran"
 
 
 def test_draw_params_change_only_the_draw(tmp_path: Path) -> None:

@@ -243,3 +243,48 @@ def test_auto_padding_is_resolved_in_the_run_config_and_a_fork_continues_with_it
     assert fp32["precision"] == "none"
     last = ckpt.load(RunPaths(tmp_path / "fp32", "asr", "en-de").checkpoints / "last.pt")
     assert (last["config"]["train"]["pad_frames_to"], last["config"]["train"]["pad_tokens_to"]) == (1, 1)
+
+
+@pytest.mark.slow
+def test_a_control_forks_the_shared_asr_training_with_its_own_windows(prepared: Path, tmp_path: Path) -> None:
+    """controls.asr_systems -- a control's ASR model follows local's fork rule with the control's windows:
+    the shared ASR training finished from its fork state with, per layer, the widest of every pair's
+    control windows; controls not listed start from local's ASR model."""
+    from lib.model.spec import control_attention_spec, local_attention_spec
+    from lib.train.run import (control_asr_model, control_fork_attention, control_fork_spec_from_params,
+                               shared_fork_attention, spec_from_params)
+
+    p = _shared_fork_params(tmp_path)
+    p.model.overrides = {"encoder_layers": 4}
+    p.controls = SimpleNamespace(systems=["local_uniform", "local_shuffled"], asr_systems=["local_uniform"],
+                                 shuffle_seed=1)
+    for pair in p.pairs:
+        (tmp_path / "data/prepared").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data/prepared" / pair).symlink_to(prepared)
+    windows = {"en-de": [1, 3, 9], "en-es": [1, 1, 1]}
+    for pair, ws in windows.items():
+        path = tmp_path / "data/windows" / pair / "windows.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"encoder_attention": local_attention_spec(4, 1, ws)}))
+    uniform = control_fork_attention(p, tmp_path, "local_uniform")
+    # en-de's mean 4.33 rounds to 5, en-es's to 1: the widest is 5 in every local layer
+    assert uniform == local_attention_spec(4, 1, [5, 5, 5])
+    assert uniform != shared_fork_attention(p, tmp_path)  # Algorithm 1's widest: 1 3 9
+    shuffled = control_fork_attention(p, tmp_path, "local_shuffled")
+    assert shuffled == control_attention_spec(local_attention_spec(4, 1, windows["en-de"]), "local_shuffled",
+                                              shuffle_seed=1)
+
+    asr = spec_from_params(p, tmp_path, "asr_shared", None)
+    asr.fork_at = 2
+    run(asr, progress=False)
+    spec = control_fork_spec_from_params(p, tmp_path, "local_uniform", uniform)
+    assert spec.paths.run_dir == tmp_path / "runs/variants/controls_asr/local_uniform"
+    assert spec.start_from == tmp_path / "runs/asr_shared/fork.pt" and spec.prepared_dir.name == "en-de"
+    metrics = run(spec, progress=False)
+    assert metrics["updates"] == TRAIN["max_updates"]
+    fork = ckpt.load(spec.paths.model)
+    assert fork["model_config"]["encoder_attention"] == uniform
+    base = ckpt.load(RunPaths(tmp_path, "asr_shared").model)["model"]
+    assert any(not torch.equal(base[k], v) for k, v in fork["model"].items())
+    assert control_asr_model(p, tmp_path, "local_uniform", "en-es") == spec.paths.model
+    assert control_asr_model(p, tmp_path, "local_shuffled", "en-es") == RunPaths(tmp_path, "asr_local", "en-es").model

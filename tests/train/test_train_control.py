@@ -56,3 +56,20 @@ def test_control_trains_with_its_windows(root: Path, monkeypatch: pytest.MonkeyP
     assert not RunPaths(root, "local", "en-de", 1).metrics.exists()  # the local system's outputs are untouched
     with pytest.raises(SystemExit):
         _run_stage("train_control", root, ["local_wide", "en-de", "1"], monkeypatch)
+
+
+@pytest.mark.slow
+def test_a_control_with_its_own_fork_starts_from_it(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # controls.asr_systems lists it: the ST run starts from runs/variants/controls_asr/<control>, not
+    # from local's ASR model (moved away here, so that reading it would fail)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["controls"]["asr_systems"] = ["local_shuffled"]
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    local_asr = RunPaths(root, "asr_local", "en-de").model
+    fork = RunPaths(root, "controls_asr", variant="local_shuffled").model
+    fork.parent.mkdir(parents=True)
+    local_asr.rename(fork)
+    monkeypatch.chdir(root)
+    _run_stage("train_control", root, ["local_shuffled", "en-de", "1"], monkeypatch)
+    metrics = json.loads(RunPaths(root, "controls", "en-de", 1, variant="local_shuffled").metrics.read_text())
+    assert metrics["asr_model"] == "own fork" and metrics["updates"] == 2
