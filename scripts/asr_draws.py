@@ -21,7 +21,7 @@ the draw's folder; the training stages also resume from their checkpoints), so a
 continues where it stopped. The folder holds a ``.gitignore`` of ``*``.
 
 Prerequisite: the prepared data (``dvc repro prepare``). Cost: one shared ASR training plus one ST
-baseline per pair per draw (about 35 min per draw on 2 cores with the demo params); the table states
+baseline per pair per draw (about 28 min per draw on a 2-core AMD EPYC with the demo params); the table states
 the measured wall time of every draw and the CPU it ran on.
 """
 from __future__ import annotations

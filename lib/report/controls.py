@@ -26,7 +26,7 @@ from lib.params import Params
 from lib.report.tables import SystemScores, mean_std, read_json, read_lines
 
 __all__ = ["ControlRun", "band_section", "ci_text", "collect_controls", "control_scores", "controls_section", "mean_ci",
-           "t_quantile", "table2_p_cell"]
+           "t_quantile", "table2_p_cell", "ci_cell"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -106,7 +106,8 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]
     return m, t_quantile((1.0 + level) / 2.0, len(vals) - 1) * statistics.stdev(vals) / math.sqrt(len(vals))
 
 
-def _ci(m: float, h: float) -> str:
+def ci_cell(m: float, h: float) -> str:
+    """``+m [m − h, m + h]``: a mean difference with its interval (``+m`` alone when h is NaN)."""
     return f"{m:+.2f}" + ("" if math.isnan(h) else f" [{m - h:+.2f}, {m + h:+.2f}]")
 
 
@@ -176,10 +177,10 @@ def _verdict(name: str, m: float, h: float) -> str:
     if math.isnan(h):
         return f"`{name}` − local = {m:+.2f} BLEU on one seed: no interval, no verdict"
     if m - h > 0:
-        return f"`{name}` beats Algorithm 1's windows: {_ci(m, h)} BLEU"
+        return f"`{name}` beats Algorithm 1's windows: {ci_cell(m, h)} BLEU"
     if m + h < 0:
-        return f"Algorithm 1's windows beat `{name}`: {_ci(m, h)} BLEU"
-    return f"`{name}` matches Algorithm 1's windows within the seed spread: {_ci(m, h)} BLEU, an interval that holds 0"
+        return f"Algorithm 1's windows beat `{name}`: {ci_cell(m, h)} BLEU"
+    return f"`{name}` matches Algorithm 1's windows within the seed spread: {ci_cell(m, h)} BLEU, an interval that holds 0"
 
 
 def _asr_sentence(p: Params) -> str:
@@ -221,7 +222,7 @@ def controls_section(root: Path, p: Params, scores: Sequence[SystemScores],
         alg1 = runs[pair][0].algorithm1 if runs[pair] else []
         n_sig = sum(x["p_value"] < 0.05 for x in sig.get(pair, []))
         lines.append(f"| local (Algorithm 1) | {_windows_cell(alg1)} | {local.bleu_mean_std[0]:.2f} ± "
-                     f"{local.bleu_mean_std[1]:.2f} | {_ci(lm, lh)} | {n_sig} of {len(sig.get(pair, []))} | | |")
+                     f"{local.bleu_mean_std[1]:.2f} | {ci_cell(lm, lh)} | {n_sig} of {len(sig.get(pair, []))} | | |")
         verdicts = []
         for run in runs[pair]:
             s = run.scores
@@ -230,7 +231,7 @@ def controls_section(root: Path, p: Params, scores: Sequence[SystemScores],
             nb = sum(x < 0.05 for x in run.p_vs_baseline)
             nl = sum(x < 0.05 for x in run.p_vs_local)
             lines.append(f"| {s.system} | {_windows_cell(run.windows)} | {s.bleu_mean_std[0]:.2f} ± "
-                         f"{s.bleu_mean_std[1]:.2f} | {_ci(bm, bh)} | {nb} of {len(s.seeds)} | {_ci(vm, vh)} | "
+                         f"{s.bleu_mean_std[1]:.2f} | {ci_cell(bm, bh)} | {nb} of {len(s.seeds)} | {ci_cell(vm, vh)} | "
                          f"{nl} of {len(s.seeds)} |")
             verdicts.append(f"- {pair}: {_verdict(s.system, vm, vh)}.")
             key = f"{pair}/{s.system}"
@@ -313,4 +314,4 @@ def control_scores(runs: dict[str, list[ControlRun]]) -> list[SystemScores]:
 
 def ci_text(values: Sequence[float]) -> str:
     """``+m [lo, hi]`` of :func:`mean_ci` (for docs and tests)."""
-    return _ci(*mean_ci(values))
+    return ci_cell(*mean_ci(values))

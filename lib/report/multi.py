@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Sequence
 from lib import layout
 from lib.layout import RunPaths
 from lib.params import MultiParams
+from lib.report.controls import ci_cell, mean_ci
 from lib.report.tables import mean_std, read_json
 
 # Seed 004's Table 4 (multilingual ST on mTEDx, AVG-A BLEU): deltas vs its shared H = 4 baseline.
@@ -161,7 +163,7 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
                 for s in mp.seeds if s in seeds and RunPaths(root, "baseline", pair, s).metrics.is_file()]
         bilingual[pair] = vals
     base_avg = statistics.fmean(r["metrics"]["avg_bleu"] for r in rows["baseline"]) if "baseline" in rows else None
-    head = ("| system | " + " | ".join(pairs) + " | avg BLEU | avg chrF | Δ avg vs multilingual baseline | paper Δ "
+    head = ("| system | " + " | ".join(pairs) + " | avg BLEU | avg chrF | Δ avg vs multilingual baseline [95 % CI] | paper Δ "
             "(Table 4, AVG-A) | params | decoding sent/s (beam 5) | selections changed | mean abs. Δφ |")
     lines = [head, "|" + "---|" * (len(pairs) + 9)]
     moved = []
@@ -176,9 +178,14 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
         flat[f"multi/{system}/avg_bleu"] = round(am, 2)
         flat[f"multi/{system}/avg_bleu_std"] = round(as_, 2)
         flat[f"multi/{system}/avg_chrf"] = round(cm, 2)
-        delta = "" if base_avg is None or system == "baseline" else f"{am - base_avg:+.2f}"
-        if delta:
+        delta = ""
+        if base_avg is not None and system != "baseline":
+            # per seed against the multilingual baseline of the same seed (mp.seeds order in both)
+            dm, dh = mean_ci([r["metrics"]["avg_bleu"] - b["metrics"]["avg_bleu"] for r, b in zip(runs, rows["baseline"])])
+            delta = ci_cell(dm, dh)
             flat[f"multi/{system}/delta_avg_bleu"] = round(am - base_avg, 2)
+            if not math.isnan(dh):
+                flat[f"multi/{system}/delta_avg_bleu_ci95"] = round(dh, 2)
         paper = "" if system == "baseline" else f"{PAPER_TABLE4[system] - PAPER_TABLE4['baseline']:+.1f}"
         changed = [r["metrics"].get("selection_changed_fraction") for r in runs]
         changed_s = "–" if any(c is None for c in changed) else f"{statistics.fmean(changed):.0%}"

@@ -15,6 +15,7 @@ from lib.decode.metrics import paired_bootstrap
 from lib.layout import TEST_SPLIT, RunPaths, variant_figure
 from lib.model.config import BAND_INIT_LOGIT, DEFAULT_BAND_K, DEFAULT_GAMMA, smoothing_layers
 from lib.params import SmoothingParams
+from lib.report.controls import ci_cell, mean_ci
 from lib.report.tables import mean_std, read_json, read_lines
 
 # The paper's qualitative claims (docs/variants.md); its only numbers are relative WER gains.
@@ -133,7 +134,8 @@ def table_markdown(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
     pair = data["pair"]
     bm, bs = mean_std(data["baseline_bleu"])
     cm, cs = mean_std(data["baseline_chrf"])
-    lines = ["| system | definition | BLEU (mean ± std) | chrF | Δ BLEU vs baseline | paired bootstrap p (per seed) | "
+    lines = ["| system | definition | BLEU (mean ± std) | chrF | Δ BLEU vs baseline [95 % CI over seeds] | "
+             "paired bootstrap p (per seed) | "
              "diag weight: system / baseline | row entropy (nats): system / baseline | learned |",
              "|---|---|---|---|---|---|---|---|---|",
              f"| baseline | full attention | {bm:.2f} ± {bs:.2f} | {cm:.2f} ± {cs:.2f} | | | | | |"]
@@ -154,7 +156,11 @@ def table_markdown(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
         flat.update({f"{pair}/smooth_{name}/{k}": v for k, v in moved.items()})
         definition = ", ".join(f"{k}: {v}" for k, v in sysd["definition"].items())
         ps = ", ".join(f"{r['p_value']:.3f}" for r in rows)
-        lines.append(f"| {name} | {definition} | {sm:.2f} ± {ss:.2f} | {sc:.2f} | {sm - bm:+.2f} | {ps} | "
+        # the same seeds in the same order (collect): the per-seed difference, its mean and t-interval
+        dm, dh = mean_ci([a - b for a, b in zip(bleu, data["baseline_bleu"])])
+        if not math.isnan(dh):
+            flat[f"{pair}/smooth_{name}/delta_bleu_ci95"] = round(dh, 2)
+        lines.append(f"| {name} | {definition} | {sm:.2f} ± {ss:.2f} | {sc:.2f} | {ci_cell(dm, dh)} | {ps} | "
                      f"{d:.4f} / {bd:.4f} | {e:.3f} / {be:.3f} | {learned} |")
         flat.update({f"{pair}/smooth_{name}/bleu": round(sm, 2), f"{pair}/smooth_{name}/bleu_std": round(ss, 2),
                      f"{pair}/smooth_{name}/chrf": round(sc, 2), f"{pair}/smooth_{name}/delta_bleu": round(sm - bm, 2),

@@ -47,8 +47,10 @@ def test_table_summary_and_claims_come_from_the_files(root: Path) -> None:
     md, flat = smoothing_section(root, sp)
     # baseline 21.00 ± 1.41; rec 23.00 ± 2.83 (Δ +2.00); prev 19.50 (Δ -1.50)
     assert "| baseline | full attention | 21.00 ± 1.41 |" in md
-    assert "| rec |" in md and "| 23.00 ± 2.83 | 33.00 | +2.00 |" in md
+    # Δ per seed +1, +3: mean +2, t-interval 12.706 · 1.414 / √2 = 12.71 wide on each side
+    assert "| rec |" in md and "| 23.00 ± 2.83 | 33.00 | +2.00 [-10.71, +14.71] |" in md
     assert flat["en-de/smooth_rec/bleu"] == 23.0 and flat["en-de/smooth_rec/delta_bleu"] == 2.0
+    assert flat["en-de/smooth_rec/delta_bleu_ci95"] == pytest.approx(12.71)
     assert flat["en-de/smooth_prev/bleu"] == 19.5 and flat["en-de/smooth_prev/bleu_std"] == pytest.approx(0.71)
     # diag/entropy averaged over the smoothed layers only (prev prior: layers 2..3)
     assert flat["en-de/smooth_rec/attn_diag"] == 0.25 and flat["en-de/smooth_rec/baseline_attn_diag"] == 0.4
