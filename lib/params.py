@@ -688,7 +688,13 @@ class HeadSelectionParams:
     against a median gap of 1.35 between the two members of a group at initialisation
     (|u1 - u2|, u ~ U(ln 0.01, 0)); 0.025 gives a cap of 10.5, several gaps for a gradient that keeps
     its sign, while gradient noise alone moves a logit by about 0.025 × sqrt(Σ_t (lr_t / lr)²) =
-    0.025 × 13.9 = 0.35, a quarter of the median gap."""
+    0.025 × 13.9 = 0.35, a quarter of the median gap.
+
+    ``subset_init_lead``: null keeps subset's aligned start (:func:`lib.model.attention.aligned_subset_logits_`),
+    whose selected candidates lead the best unselected one by 1.8-6 logits (median 4.6 in the demo's
+    runs), more than a run moves them; a number sets every task's selected candidates to exactly that
+    lead over its best unselected candidate (:func:`lib.model.attention.set_subset_lead_`), so that the
+    selection can change. The first evaluated selection is the aligned one either way."""
 
     candidates: int = 8  # H'
     apply_to: list[str] = field(default_factory=lambda: list(HEAD_SELECTION_SIDES))
@@ -700,6 +706,7 @@ class HeadSelectionParams:
     noise_start: float = 1.0  # Gumbel noise scale (gumbel estimator), annealed to noise_end
     noise_end: float = 0.1
     variant_lr: float = 0.025
+    subset_init_lead: float | None = None  # null: subset's aligned start as lib.model.attention builds it
 
     def validate(self, prefix: str) -> None:
         if self.candidates < 1:
@@ -721,6 +728,8 @@ class HeadSelectionParams:
                              f"{self.noise_start} / {self.noise_end}")
         if not self.variant_lr > 0:
             raise ParamError(f"{prefix}.variant_lr: must be > 0, got {self.variant_lr}")
+        if self.subset_init_lead is not None and not self.subset_init_lead > 0:
+            raise ParamError(f"{prefix}.subset_init_lead: must be > 0 or null, got {self.subset_init_lead}")
         if isinstance(self.kl_weight, str) and self.kl_weight != "elbo":
             raise ParamError(f"{prefix}.kl_weight: a number >= 0 or 'elbo', got {self.kl_weight!r}")
         if not isinstance(self.kl_weight, str) and self.kl_weight < 0:

@@ -226,6 +226,7 @@ def test_multi_max_updates_follows_the_bilingual_length(tmp_path: Path) -> None:
     ("multi.head_selection.variant_lr", -1.0, r"multi\.head_selection\.variant_lr"),
     ("multi.head_selection.estimator", "straight", r"multi\.head_selection\.estimator"),
     ("multi.head_selection.noise_end", 2.0, r"multi\.head_selection\.noise_start / noise_end"),
+    ("multi.head_selection.subset_init_lead", 0.0, r"multi\.head_selection\.subset_init_lead: must be > 0"),
 ])
 def test_variant_lr_and_estimator_keys_are_checked(tmp_path: Path, key: str, value, needle: str) -> None:
     raw = yaml.safe_load((REPO / "params.yaml").read_text())

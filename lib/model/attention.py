@@ -862,6 +862,25 @@ def pruned_linear(x: Tensor, weight: Tensor, bias: Tensor, task: Tensor, single:
     return torch.baddbmm(bias[task][:, None, :], x, weight[task].transpose(1, 2))
 
 
+def set_subset_lead_(phi: Tensor, n_heads: int, lead: float) -> Tensor:
+    """In place on subset logits φ (T, H'): per task, its top-H candidates (the aligned subset right after
+    :func:`aligned_subset_logits_`) are set to exactly ``lead`` above the task's best other candidate,
+    the others kept. The top-H selection is unchanged; only its margin is. Returns φ."""
+    with torch.no_grad():
+        top = phi.topk(n_heads, dim=1).indices  # (T, H)
+        rest = phi.scatter(1, top, float("-inf"))
+        phi.scatter_(1, top, (rest.max(dim=1, keepdim=True).values + lead).expand_as(top).contiguous())
+    return phi
+
+
+def set_subset_lead(model: nn.Module, lead: float) -> int:
+    """:func:`set_subset_lead_` on every subset head-selection module of ``model``; how many."""
+    modules = [m for m in model.modules() if isinstance(m, HeadSelection) and m.strategy == "subset"]
+    for m in modules:
+        set_subset_lead_(m.head_logits.data, m.n_heads, lead)
+    return len(modules)
+
+
 class HeadSelection:
     """Per-task selection of H out of H' candidate heads (a mixin for an ``nn.Module`` with
     ``q_proj`` / ``k_proj`` / ``v_proj`` of H' · dh rows, ``n_heads`` = H and ``head_dim`` = dh):

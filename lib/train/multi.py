@@ -43,6 +43,7 @@ from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf
 from lib.io import atomic_write_json, atomic_write_text
 from lib.layout import RunPaths
+from lib.model.attention import set_subset_lead
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import Params
 from lib.precision import PROBE_BATCHES, resolve_amp, resolve_train_precision
@@ -85,6 +86,7 @@ def model_overrides(p: Params, system: str, tasks: int) -> dict[str, Any]:
 
     base = model_config(p.model.size, **p.model.overrides)
     hs = dataclasses.asdict(p.multi.head_selection)
+    hs.pop("subset_init_lead")  # set on the built model (train_multi), not part of the layer spec
     if system == "baseline":
         return {}
     if system == "baseline_h8":
@@ -216,6 +218,8 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
     mcfg = model_config(p.model.size, vocab_size=train_ds.vocab_size, **overrides)
     torch.manual_seed(cfg.seed)
     model = S2TTransformer(mcfg)
+    if system == "subset" and hs.subset_init_lead is not None:
+        set_subset_lead(model, hs.subset_init_lead)
     init_path = RunPaths(root, "asr", p.multi.asr_init).model
     if not init_path.is_file():
         raise FileNotFoundError(f"{init_path}: missing; it is written by the train_asr@{p.multi.asr_init} stage")

@@ -902,6 +902,36 @@ def test_subset_aligned_initialisation_reproduces_the_asr_model(estimator: str, 
                                        rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("lead", [0.1, 0.5])
+def test_subset_init_lead_sets_the_margin_and_keeps_the_asr_model(lead: float) -> None:
+    """multi.head_selection.subset_init_lead: the aligned subset still wins (so the model is still the ASR
+    model), by exactly ``lead`` over each task's best unselected candidate instead of the 1.8-6 logits of
+    the aligned start, which a run's logits do not move across."""
+    from lib.model.attention import set_subset_lead
+
+    asr, st = _asr_and_tiled("subset", "gumbel")
+    before = {name: [m.eval_selection().clone() for _, m in mods] for name, mods in st.head_selection_layers().items()}
+    assert set_subset_lead(st, lead) == 4  # 2 encoder + 2 decoder layers
+    for name, mods in st.head_selection_layers().items():
+        for (_, m), sel0 in zip(mods, before[name]):
+            m._pruned = None  # the cached eval projections were built for the old logits
+            sel = m.eval_selection()
+            assert torch.equal(sel.sort(dim=-1).values, sel0.sort(dim=-1).values)
+            phi = m.head_logits.detach()
+            chosen = torch.zeros_like(phi, dtype=torch.bool).scatter(1, sel, True)
+            low = phi.masked_fill(~chosen, float("inf")).min(1).values
+            high = phi.masked_fill(~chosen, -float("inf")).max(1).values
+            best_other = phi.masked_fill(chosen, -float("inf")).max(1).values
+            torch.testing.assert_close(low - best_other, torch.full_like(low, lead))
+            assert torch.equal(low, high)  # the selected candidates tie, at the lead
+    feats, lens = _feats([40, 31, 36])
+    tokens = _tokens([[EOS_ID, 5, 6, 7], [EOS_ID, 8, 9], [EOS_ID, 10, 11, 12]])
+    with torch.no_grad():
+        want = asr(feats, lens, tokens)
+        st.eval()
+        assert torch.equal(st(feats, lens, tokens, task=torch.full((3,), 1)), want)
+
+
 def test_subset_slots_follow_the_candidates_not_the_index_order() -> None:
     """A subset with two candidates of one slot adds them in that slot; the slot without any is 0."""
     m = _module("subset")
