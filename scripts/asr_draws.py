@@ -7,7 +7,7 @@ and the band test, with the mean ± 95 % t-interval of ρ over the draws; writte
 Markdown and JSON.
 
     python scripts/asr_draws.py --draws 3                 # train_asr.seed = 1, 2, 3 at params.yaml's amp
-    python scripts/asr_draws.py --draws 3 --amp auto      # the same draws in bf16 where the CPU has it
+    python scripts/asr_draws.py --draws 3 --amp none      # the same draws with the ASR model in fp32
 
 How: each draw runs the pipeline's own stage scripts, in the order DVC would, in a scratch copy of the
 repository (``--workdir``, default runs/draws/<amp>/seed<k>/: this checkout's lib/ and stages/ copied
@@ -21,8 +21,8 @@ the draw's folder; the training stages also resume from their checkpoints), so a
 continues where it stopped. The folder holds a ``.gitignore`` of ``*``.
 
 Prerequisite: the prepared data (``dvc repro prepare``). Cost: one shared ASR training plus one ST
-baseline per pair per draw (about 28 min per draw on a 2-core AMD EPYC with the demo params); the table states
-the measured wall time of every draw and the CPU it ran on.
+baseline per pair per draw (on a 2-core AMD EPYC with the demo params, about 17 min per draw with the ASR
+model in bf16, 27 min in fp32); the table states the measured wall time of every draw and the CPU it ran on.
 """
 from __future__ import annotations
 
