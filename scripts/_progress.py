@@ -179,11 +179,12 @@ def summary_lines(root: Path) -> list[str]:
             base, local = float(flat[f"{pair}/baseline/bleu"]), float(flat[f"{pair}/local/bleu"])
         except (KeyError, TypeError, ValueError):
             continue
-        # no difference printed: the report's is the mean of per-seed differences, not one of rounded means
         line = f"  {pair}: BLEU baseline {base:.2f}, local {local:.2f}"
-        sig = flat.get(f"{pair}/local_vs_baseline/significant_seeds")
-        if isinstance(sig, int):
-            line += f", p < 0.05 in {sig} seed(s)"
+        gap, half = flat.get(f"{pair}/local_minus_baseline/bleu"), flat.get(f"{pair}/local_minus_baseline/bleu_ci95")
+        if isinstance(gap, (int, float)):  # the mean of the per-seed differences, with its interval over seeds
+            line += f", local − baseline {gap:+.2f}"
+            if isinstance(half, (int, float)):
+                line += f" [{gap - half:+.2f}, {gap + half:+.2f}]"
         windows = _local_windows(root / "metrics" / "windows" / f"{pair}.json")
         if windows:
             first, last, values = windows

@@ -8,9 +8,9 @@ whether bf16 stays within one standard deviation of fp32).
 REFERENCE and CANDIDATE are workspaces (clones) in which `python scripts/time_repro.py --fresh -f`
 ran: each holds `reports/repro_timing.json` and `metrics/summary.json` (or a folder with the two
 files side by side, as a run is kept under `reports/`). Prints minutes per stage
-group and in total with the candidate / reference ratio, then per pair the ASR WER of both
-systems, baseline and local BLEU (mean ± std over the seeds), the candidate − reference
-difference, and whether it lies within one standard deviation (the larger of the two runs' stds).
+group and in total with the candidate / reference ratio, then per pair the ASR WER, baseline and
+local BLEU (mean with the half-width of its 95 % interval over seeds), the candidate − reference
+difference, and whether it lies within the larger of the two runs' half-widths.
 
     python scripts/compare_repro_runs.py REFERENCE CANDIDATE --seed-metrics [--systems baseline] [--names fp32 bf16]
 
@@ -69,7 +69,8 @@ def timing_table(ref: dict, cand: dict, names: tuple[str, str]) -> list[str]:
 
 def quality_table(ref: dict, cand: dict, names: tuple[str, str]) -> tuple[list[str], bool]:
     pairs = sorted({k.split("/")[0] for k in ref if k.count("/") == 2 and k.split("/")[1] == "baseline"})
-    rows = [f"| pair | metric | {names[0]} | {names[1]} | difference | within one std |", "|---|---|---|---|---|---|"]
+    rows = [f"| pair | metric | {names[0]} | {names[1]} | difference | within the 95 % interval over seeds |",
+            "|---|---|---|---|---|---|"]
     all_within = True
     for pair in pairs:
         for system in ("baseline", "local"):
@@ -78,15 +79,15 @@ def quality_table(ref: dict, cand: dict, names: tuple[str, str]) -> tuple[list[s
             if ref.get(f"{pair}/{system}/seeds", []) != cand.get(f"{pair}/{system}/seeds", []):
                 raise SystemExit(f"{pair}/{system}: seeds {ref[f'{pair}/{system}/seeds']} against "
                                  f"{cand[f'{pair}/{system}/seeds']}")
-            wer_a, wer_b = ref.get(f"{pair}/{system}/asr_wer"), cand.get(f"{pair}/{system}/asr_wer")
-            if wer_a is not None and wer_b is not None:
-                rows.append(f"| {pair} | {system} ASR WER | {wer_a:.2f} | {wer_b:.2f} | {wer_b - wer_a:+.2f} | "
-                            "(one model: no std) |")
+            wer_a, wer_b = ref.get(f"{pair}/asr_wer"), cand.get(f"{pair}/asr_wer")
+            if system == "baseline" and wer_a is not None and wer_b is not None:
+                rows.append(f"| {pair} | ASR WER | {wer_a:.2f} | {wer_b:.2f} | {wer_b - wer_a:+.2f} | "
+                            "(one model: no interval) |")
             a, b = ref[f"{pair}/{system}/bleu"], cand[f"{pair}/{system}/bleu"]
-            sa, sb = ref[f"{pair}/{system}/bleu_std"], cand[f"{pair}/{system}/bleu_std"]
-            within = abs(b - a) <= max(sa, sb)
+            ha, hb = ref.get(f"{pair}/{system}/bleu_ci95", 0.0), cand.get(f"{pair}/{system}/bleu_ci95", 0.0)
+            within = abs(b - a) <= max(ha, hb)
             all_within &= within
-            rows.append(f"| {pair} | {system} BLEU | {a:.2f} ± {sa:.2f} | {b:.2f} ± {sb:.2f} | {b - a:+.2f} | "
+            rows.append(f"| {pair} | {system} BLEU | {a:.2f} ± {ha:.2f} | {b:.2f} ± {hb:.2f} | {b - a:+.2f} | "
                         f"{'yes' if within else '**no**'} |")
     return rows, all_within
 
@@ -113,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         systems = tuple(args.systems)
         quality, ok = quality_table(seed_metrics_summary(args.reference, systems),
                                     seed_metrics_summary(args.candidate, systems), names)
-        text = "\n".join([f"Quality ({args.reference} vs {args.candidate}; 5-seed BLEU mean ± std; "
+        text = "\n".join([f"Quality ({args.reference} vs {args.candidate}; BLEU mean ± 95 % half-width over seeds; "
                           f"{names[1]} − {names[0]}):", "", *quality, "",
-                          f"every BLEU mean within one std: {'yes' if ok else 'no'}"])
+                          f"every BLEU mean within the interval: {'yes' if ok else 'no'}"])
         return _emit(text, args.md)
     (t_ref, m_ref), (t_cand, m_cand) = _load(args.reference), _load(args.candidate)
     if args.candidate_timing is not None:  # a rerun whose outputs equal CANDIDATE's, its timing kept alone
@@ -125,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     quality, ok = quality_table(m_ref, m_cand, names)
     text = "\n".join([f"Wall time, `{t_ref['command']}` in each ({args.reference} vs {args.candidate}):", "",
                       *timing_table(t_ref, t_cand, names), "",
-                      f"Quality (5-seed BLEU mean ± std; {names[1]} − {names[0]}):", "", *quality, "",
-                      f"every BLEU mean within one std: {'yes' if ok else 'no'}"])
+                      f"Quality (BLEU mean ± 95 % half-width over seeds; {names[1]} − {names[0]}):", "", *quality, "",
+                      f"every BLEU mean within the interval: {'yes' if ok else 'no'}"])
     return _emit(text, args.md)
 
 

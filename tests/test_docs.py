@@ -79,6 +79,26 @@ def test_relative_links_exist(page: Path) -> None:
     assert not missing, f"{_page_id(page)}: links to missing files: {missing}"
 
 
+REPORTS = sorted((REPO / "reports").rglob("*.md"))
+
+
+@pytest.mark.parametrize("page", PAGES + REPORTS, ids=_page_id)
+def test_images_and_file_links_resolve_to_tracked_files(page: Path) -> None:
+    """Every image and file link of README, docs/ and reports/ opens in a fresh clone: it resolves, relative
+    to the page, to a file or folder in git (a report that links a figure of an untracked folder, or one
+    written for another folder, shows broken images)."""
+    text = page.read_text(encoding="utf-8")
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        resolved = (page.parent / target.split("#")[0]).resolve()
+        rel = resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else None
+        if rel is None or not (rel in TRACKED or rel + "/" in TRACKED):
+            broken.append(target)
+    assert not broken, f"{_page_id(page)}: links that resolve to no tracked file: {broken}"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
 def test_backticked_repository_paths_exist(page: Path) -> None:
     text = page.read_text(encoding="utf-8")

@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dvc_graph import REPO, code_deps, covered, dvc_stages, import_closure, stage_script
 
 STAGES = dvc_stages()
+DVC_YAML = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
 TORCH_FREE_STAGES = ("corpus_stats", "report")
 
 
@@ -139,16 +141,37 @@ def test_report_reads_no_models() -> None:
 
 
 def test_training_stages_can_be_saved_to_the_run_cache() -> None:
-    """The per-seed recipe restores runs from DVC's run-cache. DVC saves a stage there only when no
-    output is `persist` and no plain output (`outs`, not metrics or plots) has `cache: false`."""
+    """The per-seed recipe and `dvc exp` restore training runs from DVC's run-cache. DVC saves a stage there
+    only when no output is `persist` and no plain output (`outs`, not metrics or plots) has `cache: false`
+    (dvc/stage: `no_cache_outs`). So a training stage's per-run metrics file is a DVC-cached output; the
+    analysis stages (seconds to minutes, never queued per seed) keep theirs in git."""
+    analysis = {"corpus_stats", "analyze", "select_windows", "health_asr", "health_st", "band_test", "report"}
     for name, stage in STAGES.items():
         for kind in ("outs", "metrics", "plots"):
             for out in stage.get(kind, []):
                 if isinstance(out, dict):
                     (path, opts), = out.items()
                     assert not opts.get("persist"), f"{name}: {path} is persist"
-                    if kind == "outs" and name != "report":  # the report is cheap: it always reruns
+                    if kind == "outs" and name not in analysis:
                         assert opts.get("cache", True), f"{name}: plain output {path} has cache: false"
+
+
+def test_summary_json_is_the_only_declared_metrics_file() -> None:
+    """`dvc exp show` / `dvc metrics diff` compare the headline only: metrics/summary.json (the report stage)
+    is the one declared metrics file; every per-run, corpus, health, analysis and window file is a plain
+    output. Its keys: per pair at most 14 (BLEU and chrF with their intervals for both systems, local −
+    baseline with its interval, ASR WER, C_ii, the windows and their ρ), so three pairs fit one screen."""
+    declared = [(name, out) for name, stage in STAGES.items() for out in stage.get("metrics", [])]
+    assert [(name, next(iter(out)) if isinstance(out, dict) else out) for name, out in declared] == \
+        [("report", "metrics/summary.json")]
+    assert "metrics" not in DVC_YAML
+    import json
+
+    from tests.report import report_fixture as rf
+
+    flat = json.loads((rf.FIXTURES / "summary_no_controls.json").read_text(encoding="utf-8"))
+    pairs = {key.split("/")[0] for key in flat}
+    assert len(pairs) == 2 and len(flat) == 14 * len(pairs)  # 3 pairs: 42 columns beside the params
 
 
 def test_variant_stages_follow_lib_layout(tmp_path: Path) -> None:

@@ -10,25 +10,22 @@ from typing import Any
 from lib import layout, paper
 from lib.layout import RunPaths
 from lib.params import Params
+from lib.report.figures import Figures
 from lib.report.controls import band_section, collect_controls, controls_section, table2_p_cell
 from lib.report.multi import multi_section
 from lib.report.smoothing import smoothing_section
-from lib.report.tables import (health_markdown, load_scores, paper_comparison_markdown, significance, summary,
-                               table2_markdown)
+from lib.report.tables import (headline, health_markdown, load_scores, paper_comparison_markdown, per_seed_markdown,
+                               significance, summary, table2_markdown)
 
 
 def _include(path: Path, missing: str) -> str:
     return path.read_text(encoding="utf-8") if path.is_file() else f"_{missing}_\n"
 
 
-def _images(root: Path, folder: Path) -> str:
-    pngs = sorted(folder.glob("*.png")) if folder.is_dir() else []
-    return "".join(f"![{p.stem}](../{p.relative_to(root).as_posix()})\n" for p in pngs)
-
-
-def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
-    """(report Markdown, flat summary metrics). FileNotFoundError / ValueError name the missing or
-    inconsistent file."""
+def build_report(p: Params, root: Path, figures: Figures | None = None) -> tuple[str, dict[str, Any]]:
+    """(report Markdown, flat summary metrics). ``figures``: how figures are linked (default: from
+    reports/report.md to plots/). FileNotFoundError / ValueError name the missing or inconsistent file."""
+    figures = figures or Figures(root)
     scores, sig, controls, p_cells = [], {}, {}, {}
     for pair in p.pairs:
         for system in layout.ST_SYSTEMS:
@@ -41,21 +38,22 @@ def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
             p_cells[(pair, run.scores.system)] = table2_p_cell(run)
     health = health_markdown(root, p.pairs)
     comparison = paper_comparison_markdown(root, scores, sig)
+    # metrics/summary.json, the one file DVC declares as metrics: the headline `dvc exp show` compares
     flat = summary(scores)
+    flat.update(headline(root, scores))
     controls_md, controls_flat = controls_section(root, p, scores, controls, sig)
     flat.update(controls_flat)
-    band_md, band_flat = band_section(root, p.pairs, p.controls.band_seeds)
+    band_md, band_flat = band_section(root, p.pairs, p.controls.band_seeds, figures)
     flat.update(band_flat)
     asr_rows = []
     for pair in p.pairs:
-        flat[f"{pair}/local_vs_baseline/significant_seeds"] = sum(x["p_value"] < 0.05 for x in sig[pair])
         wers = {}
         for system, asr_system in (("baseline", "asr"), ("local", "asr_local")):
             path = RunPaths(root, asr_system, pair).metrics
             if not path.is_file():
                 raise FileNotFoundError(f"{path}: missing; it is written by the train_{asr_system}@{pair} stage")
             wers[system] = json.loads(path.read_text(encoding="utf-8"))["wer"]
-            flat[f"{pair}/{system}/asr_wer"] = wers[system]
+        flat[f"{pair}/asr_wer"] = wers["baseline"]
         asr_rows.append(f"| {pair} | {wers['baseline']:.2f} | {wers['local']:.2f} |")
 
     full = p.analysis.full_layers
@@ -66,22 +64,29 @@ def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
         "## This run next to the paper\n",
         "The paper's claims in numbers: local attention in the upper layers costs no BLEU, the ST "
         f"encoder's main diagonal holds about {paper.MAIN_DIAGONAL:.0%} of each layer's contributions, and "
-        "Algorithm 1's windows are wider than 1 and grow with depth. Here: the mean local − baseline BLEU "
-        "over seeds, the seeds where the paired bootstrap finds a difference, the ST baseline's C_ii "
+        "Algorithm 1's windows are wider than 1 and grow with depth. Here: local − baseline BLEU, the mean "
+        "over seeds of the per-seed difference with its 95 % t-interval over seeds (the seed-level test: it "
+        "sees training variance); the seeds where sacreBLEU's paired bootstrap over the test sentences finds "
+        "p < 0.05 (a secondary column: it resamples the test set of one pair of runs and ignores training "
+        "variance, so it flags differences that another seed does not reproduce); the ST baseline's C_ii "
         "(stage health_st, layers k+1..L), and the analysed ST model's windows.\n",
         comparison,
         "## Table 2: BLEU of the baseline and the local-attention model (tst-COMMON)\n",
-        "BLEU and chrF: sacreBLEU on detokenised hypotheses against the raw references, mean ± sample "
-        "std over seeds. Paired bootstrap: sacreBLEU's test (1000 resamples) between the baseline and "
-        "the local model of the same seed; p < 0.05 would mean a significant difference.\n",
+        "BLEU and chrF: sacreBLEU on detokenised hypotheses against the raw references; the mean over seeds "
+        "with its 95 % t-interval over seeds, and the sample std. Last column: sacreBLEU's paired bootstrap "
+        "(1000 resamples of the test sentences) between the baseline and the local model of the same seed, "
+        "per seed; it measures test-set sampling only, not training variance.\n",
         table2_markdown(scores, sig, p_cells),
+        "\n**Per seed.** Every run's BLEU / chrF (tst-COMMON) and the per-seed difference that the intervals "
+        "above are computed from:\n",
+        per_seed_markdown(scores),
         f"\n**Reading these next to the paper.** The paper's numbers ({paper.table2_prose()}) are on real "
         "MuST-C with the paper-size model trained for 50k updates. "
         "On the demo corpus the absolute BLEU is not comparable (a ~100-word synthetic language, short "
         "CPU training); what carries over is the comparison: local attention in layers "
         f"{full + 1}-12 should cost (almost) no BLEU relative to the baseline.\n",
         "\n**ASR initialisation** (`local.asr_pretraining: " + p.local.asr_pretraining + "`): "
-        + {"shared": "both systems start from the same ASR model (as in the paper).",
+        + {"shared": "both systems start from the same ASR model (one reading of the paper: docs/paper-vs-demo.md).",
            "fork": f"the local model starts from the baseline's ASR training, forked {p.asr.fork_updates} "
                    "updates before its end and finished with the same local attention (stage "
                    "`train_asr_local`; same data, schedule and optimizer state, so both ASR models had the "
@@ -109,7 +114,7 @@ def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
         health,
     ]
     for pair in p.pairs:
-        parts.append(_images(root, layout.health_plot(root, pair, "asr").parent))
+        parts.append(figures.folder(layout.health_plot(root, pair, "asr").parent))
     if controls_md:
         parts.append(controls_md)
     if band_md:
@@ -117,22 +122,43 @@ def build_report(p: Params, root: Path) -> tuple[str, dict[str, Any]]:
     for pair in p.pairs:
         parts.append(f"\n## Table 1 ({pair}): window selection (Algorithm 1)\n")
         parts.append(_include(layout.windows_dir(root, pair) / "table1.md", "select_windows output missing"))
-        parts.append(_images(root, layout.analysis_plots(root, pair)))
-    smoothing_md, smoothing_flat = smoothing_section(root, p.smoothing)
+        parts.append(figures.folder(layout.analysis_plots(root, pair)))
+    smoothing_md, smoothing_flat = smoothing_section(root, p.smoothing, figures)
     flat.update(smoothing_flat)
     if smoothing_md:
         parts.append(smoothing_md)
-    multi_md, multi_flat = multi_section(root, p.multi, p.pairs, p.seeds)
+    multi_md, multi_flat = multi_section(root, p.multi, p.pairs, p.seeds, figures)
     flat.update(multi_flat)
     if multi_md:
         parts.append(multi_md)
     parts.append("\n## Efficiency (CPU)\n")
     parts.append("From `python benchmarks/encoder_efficiency.py --metrics metrics/efficiency.json --md "
                  "metrics/efficiency.md --plot plots/efficiency/time_vs_N.png` (a benchmark, not a pipeline "
-                 "stage: it needs a quiet machine and ~10 minutes; rerun it after changing the attention code).\n")
+                 "stage: it needs a quiet machine and about 7 minutes on 2 cores; rerun it after changing the "
+                 "attention code or the windows).\n")
+    parts.append(efficiency_windows_note(root))
     parts.append(_include(root / layout.EFFICIENCY_MD, "efficiency benchmark not run yet"))
-    parts.append(_images(root, root / "plots" / "efficiency"))
+    parts.append(figures.folder(root / "plots" / "efficiency"))
     parts.append("\n## Corpus\n")
     for pair in p.pairs:
-        parts.append(_images(root, layout.corpus_plots(root, pair)))
-    return "\n".join(parts), flat
+        parts.append(figures.folder(layout.corpus_plots(root, pair)))
+    return "\n".join(parts), dict(sorted(flat.items()))
+
+
+def efficiency_windows_note(root: Path) -> str:
+    """A warning when the efficiency benchmark's ``own`` configuration (read from the windows.json that its
+    note names, when it ran) differs from that file today; "" when they agree or either is absent."""
+    md = root / layout.EFFICIENCY_MD
+    if not md.is_file():
+        return ""
+    lines = md.read_text(encoding="utf-8").splitlines()
+    own = next((line.split(":", 1)[1].strip().strip("`").split() for line in lines if line.startswith("- `own`:")), None)
+    source = next((line.split("own windows from", 1)[1].strip() for line in lines if "own windows from" in line), None)
+    if own is None or source is None or not (root / source).is_file():
+        return ""
+    current = ["F" if layer["type"] == "full" else str(layer["window"])
+               for layer in json.loads((root / source).read_text(encoding="utf-8"))["encoder_attention"]]
+    if own == current:
+        return ""
+    return (f"**Stale:** the benchmark below timed `own` windows {' '.join(own)}, but {source} now holds "
+            f"{' '.join(current)}; rerun the command above.\n")

@@ -15,7 +15,8 @@ from typing import Sequence
 from lib import layout
 from lib.layout import RunPaths
 from lib.params import MultiParams
-from lib.report.controls import ci_cell, mean_ci
+from lib.report.figures import Figures
+from lib.report.stats import ci_cell, mean_ci
 from lib.report.tables import mean_std, read_json
 
 # Seed 004's Table 4 (multilingual ST on mTEDx, AVG-A BLEU): deltas vs its shared H = 4 baseline.
@@ -141,7 +142,8 @@ def chance_partition_shares(n_heads: int, candidates: int, tasks: Sequence[str],
     return out
 
 
-def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequence[int]) -> tuple[str, dict]:
+def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequence[int],
+                  figures: Figures | None = None) -> tuple[str, dict]:
     """(Markdown, flat summary keys ``multi/<system>/<pair>/bleu``, ``multi/<system>/avg_bleu``);
     ("", {}) when ``multi.systems`` is empty."""
     if not mp.systems:
@@ -258,5 +260,5 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
         for seed in mp.seeds:
             folder = layout.multi_plots(root, system, seed)
             for png in sorted(folder.glob("*.png")) if folder.is_dir() else []:
-                parts.append(f"![{system} seed {seed} {png.stem}](../{png.relative_to(root).as_posix()})\n")
+                parts.append((figures or Figures(root)).link(png, f"{system} seed {seed} {png.stem}"))
     return "\n".join(parts), flat

@@ -18,6 +18,7 @@ from lib.layout import ST_SYSTEMS, TEST_SPLIT, RunPaths
 from lib.paper import EN_DE_WINDOWS as PAPER_EN_DE_WINDOWS
 from lib.paper import MAIN_DIAGONAL as PAPER_MAIN_DIAGONAL
 from lib.paper import TABLE2 as PAPER_TABLE2
+from lib.report.stats import Interval, interval, paired_interval
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -94,31 +95,63 @@ def significance(root: Path, pair: str, seeds: Sequence[int], split: str = TEST_
 
 
 def summary(scores: Sequence[SystemScores]) -> dict[str, float]:
-    """Flat ``{"<pair>/<system>/<metric>": value}`` for ``dvc metrics diff`` / ``dvc exp show``."""
+    """Flat ``{"<pair>/<system>/<metric>": value}`` of the headline (metrics/summary.json): per system the
+    mean BLEU and chrF over seeds and the half-width of their 95 % t-interval over seeds (``*_ci95``)."""
     out: dict[str, float] = {}
     for s in scores:
-        (bm, bs), (cm, cs) = s.bleu_mean_std, s.chrf_mean_std
-        out[f"{s.pair}/{s.system}/bleu"] = round(bm, 2)
-        out[f"{s.pair}/{s.system}/bleu_std"] = round(bs, 2)
-        out[f"{s.pair}/{s.system}/chrf"] = round(cm, 2)
+        for metric, values in (("bleu", s.bleu), ("chrf", s.chrf)):
+            ci = interval(values)
+            out[f"{s.pair}/{s.system}/{metric}"] = round(ci.mean, 2)
+            if ci.defined:
+                out[f"{s.pair}/{s.system}/{metric}_ci95"] = round(ci.half, 2)
     return out
+
+
+def local_minus_baseline(base: SystemScores, local: SystemScores) -> Interval:
+    """local − baseline BLEU, paired by seed: the mean of the per-seed differences and its 95 % t-interval."""
+    if base.seeds != local.seeds:
+        raise ValueError(f"{base.pair}: baseline seeds {base.seeds} and local seeds {local.seeds} differ")
+    return paired_interval(local.bleu, base.bleu)
 
 
 def table2_markdown(scores: Sequence[SystemScores], sig: dict[str, list[dict]],
                     p_cells: dict[tuple[str, str], str] | None = None) -> str:
-    """Table 2: BLEU and chrF mean ± std over seeds, with the paper's BLEU alongside. The p column holds
-    local's p-values against the baseline (``sig``), or ``p_cells[(pair, system)]`` for another system
-    (the controls: against the baseline and against local)."""
-    lines = ["| pair | system | BLEU (mean ± std) | chrF (mean ± std) | seeds | paper BLEU (MuST-C) | paired bootstrap p (per seed) |",
-             "|---|---|---|---|---|---|---|"]
+    """Table 2: BLEU and chrF, mean over seeds with its 95 % t-interval over seeds and the sample std, with
+    the paper's BLEU alongside. The last column is the per-seed test-set bootstrap: local's p-values against
+    the baseline (``sig``), or ``p_cells[(pair, system)]`` for another system (the controls)."""
+    lines = ["| pair | system | BLEU, mean [95 % CI over seeds] | BLEU std | chrF, mean [95 % CI over seeds] | seeds | "
+             "paper BLEU (MuST-C) | test-set bootstrap p per seed (test-set sampling only) |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in scores:
-        (bm, bs), (cm, cs) = s.bleu_mean_std, s.chrf_mean_std
+        bleu, chrf = interval(s.bleu), interval(s.chrf)
         paper = PAPER_TABLE2.get(s.pair, {}).get(s.system)
         ps = ", ".join(f"{x['p_value']:.3f}" for x in sig.get(s.pair, [])) if s.system == "local" else \
             (p_cells or {}).get((s.pair, s.system), "")
-        lines.append(f"| {s.pair} | {s.system} | {bm:.2f} ± {bs:.2f} | {cm:.2f} ± {cs:.2f} | {len(s.seeds)} | "
-                     f"{'' if paper is None else f'{paper:.2f}'} | {ps} |")
+        lines.append(f"| {s.pair} | {s.system} | {_level_cell(bleu)} | {s.bleu_mean_std[1]:.2f} | {_level_cell(chrf)} | "
+                     f"{len(s.seeds)} | {'' if paper is None else f'{paper:.2f}'} | {ps} |")
     return "\n".join(lines) + "\n"
+
+
+def per_seed_markdown(scores: Sequence[SystemScores]) -> str:
+    """BLEU / chrF of every run, one row per pair and system, and per pair the per-seed local − baseline
+    BLEU: the numbers behind Table 2 and the intervals (the per-run metrics files are DVC outputs)."""
+    seeds = sorted({seed for s in scores for seed in s.seeds})
+    lines = ["| pair | system | " + " | ".join(f"seed {k}: BLEU / chrF" for k in seeds) + " |",
+             "|---|---|" + "---|" * len(seeds)]
+    by = {(s.pair, s.system): s for s in scores}
+    for s in scores:
+        cells = {k: f"{b:.2f} / {c:.2f}" for k, b, c in zip(s.seeds, s.bleu, s.chrf)}
+        lines.append(f"| {s.pair} | {s.system} | " + " | ".join(cells.get(k, "") for k in seeds) + " |")
+        if s.system == "local" and (s.pair, "baseline") in by:
+            base = by[(s.pair, "baseline")]
+            diff = {k: f"{b - a:+.2f}" for k, a, b in zip(base.seeds, base.bleu, s.bleu)}
+            lines.append(f"| {s.pair} | local − baseline (BLEU) | " + " | ".join(diff.get(k, "") for k in seeds) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _level_cell(ci: Interval) -> str:
+    """``m [lo, hi]`` without signs (a level, not a difference)."""
+    return f"{ci.mean:.2f}" + (f" [{ci.lo:.2f}, {ci.hi:.2f}]" if ci.defined else "")
 
 
 HEALTH_COLUMNS = (
@@ -156,32 +189,60 @@ def _windows(value) -> list[int]:
 
 
 def paper_comparison_markdown(root: Path, scores: Sequence[SystemScores], sig: dict[str, list[dict]]) -> str:
-    """What this run shows next to the paper, per pair: the local - baseline BLEU gap and its
-    significance, the ST encoder's main-diagonal share C_ii, and Algorithm 1's windows in the local
-    layers (how many are >= 3, and whether they grow with depth: Spearman's rho of w vs layer).
+    """What this run shows next to the paper, per pair: local − baseline BLEU with its 95 % t-interval over
+    seeds (paired by seed), the seeds where the per-seed test-set bootstrap finds p < 0.05 (a secondary
+    column: it sees test-set sampling, not training variance), the ST encoder's main-diagonal share C_ii,
+    and Algorithm 1's windows in the local layers (how many are >= 3, and Spearman's rho of w vs layer).
     Reads metrics/health/<pair>/st.json (stage health_st)."""
     by = {(s.pair, s.system): s for s in scores}
     pairs = list(dict.fromkeys(s.pair for s in scores))
     paper_rho = spearman(range(len(PAPER_EN_DE_WINDOWS)), PAPER_EN_DE_WINDOWS)
-    lines = [f"| pair | local − baseline BLEU (paper) | seeds with p < 0.05 | ST C_ii (paper ≈ {PAPER_MAIN_DIAGONAL}) | "
-             "windows ≥ 3 (paper en-de: 9 of 9) | windows vs depth, Spearman ρ (paper en-de: "
-             f"{paper_rho:.2f}) | ST Alg. 1 windows |", "|---|---|---|---|---|---|---|"]
+    lines = ["| pair | local − baseline BLEU [95 % CI over seeds] (paper) | seeds with test-set bootstrap p < 0.05 | "
+             f"ST C_ii (paper ≈ {PAPER_MAIN_DIAGONAL}) | windows ≥ 3 (paper en-de: 9 of 9) | windows vs depth, Spearman ρ "
+             f"(paper en-de: {paper_rho:+.2f}) | ST Alg. 1 windows |", "|---|---|---|---|---|---|---|"]
     for pair in pairs:
         base, local = by.get((pair, "baseline")), by.get((pair, "local"))
         if base is None or local is None:
             continue
-        path = layout.health_metrics(root, pair, "st")
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing (written by the health_st stage)")
-        health = json.loads(path.read_text(encoding="utf-8"))
+        health = st_health(root, pair)
         windows = _windows(health["algorithm1_windows"])
-        gap = local.bleu_mean_std[0] - base.bleu_mean_std[0]
+        gap = local_minus_baseline(base, local)
         paper = PAPER_TABLE2.get(pair)
         paper_gap = f" ({paper['local'] - paper['baseline']:+.2f})" if paper else ""
         n_sig = sum(x["p_value"] < 0.05 for x in sig.get(pair, []))
         ge3 = sum(w >= 3 for w in windows)
-        rho = spearman(range(len(windows)), windows) if len(windows) > 1 else float("nan")
-        lines.append(f"| {pair} | {gap:+.2f}{paper_gap} | {n_sig} of {len(sig.get(pair, []))} | "
-                     f"{health['summary']['c_ii_mean']:.2f} | {ge3} of {len(windows)} | {rho:+.2f} | "
+        lines.append(f"| {pair} | {gap.cell()}{paper_gap} | {n_sig} of {len(sig.get(pair, []))} | "
+                     f"{health['summary']['c_ii_mean']:.2f} | {ge3} of {len(windows)} | {_rho(windows):+.2f} | "
                      f"{' '.join(map(str, windows))} |")
     return "\n".join(lines) + "\n"
+
+
+def st_health(root: Path, pair: str) -> dict:
+    """metrics/health/<pair>/st.json (stage health_st): the analysed ST baseline's attention health."""
+    return read_json(layout.health_metrics(root, pair, "st"), f"health_st@{pair}")
+
+
+def _rho(windows: Sequence[int]) -> float:
+    return spearman(range(len(windows)), windows) if len(windows) > 1 else float("nan")
+
+
+def headline(root: Path, scores: Sequence[SystemScores]) -> dict[str, float | str]:
+    """The per-pair headline keys of metrics/summary.json beyond :func:`summary`: local − baseline BLEU
+    (paired by seed) and the half-width of its 95 % t-interval, the ST encoder's C_ii, Algorithm 1's windows
+    in the local layers and their Spearman ρ with depth (from health_st)."""
+    by = {(s.pair, s.system): s for s in scores}
+    out: dict[str, float | str] = {}
+    for pair in dict.fromkeys(s.pair for s in scores):
+        base, local = by.get((pair, "baseline")), by.get((pair, "local"))
+        if base is None or local is None:
+            continue
+        gap = local_minus_baseline(base, local)
+        out[f"{pair}/local_minus_baseline/bleu"] = round(gap.mean, 2)
+        if gap.defined:
+            out[f"{pair}/local_minus_baseline/bleu_ci95"] = round(gap.half, 2)
+        health = st_health(root, pair)
+        windows = _windows(health["algorithm1_windows"])
+        out[f"{pair}/st_c_ii"] = round(float(health["summary"]["c_ii_mean"]), 3)
+        out[f"{pair}/windows"] = " ".join(map(str, windows))
+        out[f"{pair}/windows_rho"] = round(_rho(windows), 2)
+    return out

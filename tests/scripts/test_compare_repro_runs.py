@@ -20,13 +20,12 @@ def _run(root: Path, total: float, groups: dict, summary: dict) -> Path:
     return root
 
 
-def _summary(base: float, std: float, local: float) -> dict:
-    return {"en-de/baseline/bleu": base, "en-de/baseline/bleu_std": std, "en-de/baseline/asr_wer": 1.5,
-            "en-de/local/bleu": local, "en-de/local/bleu_std": std, "en-de/local/asr_wer": 1.2,
-            "en-de/local_vs_baseline/significant_seeds": 1}
+def _summary(base: float, half: float, local: float) -> dict:
+    return {"en-de/baseline/bleu": base, "en-de/baseline/bleu_ci95": half, "en-de/asr_wer": 1.5,
+            "en-de/local/bleu": local, "en-de/local/bleu_ci95": half, "en-de/local_minus_baseline/bleu": local - base}
 
 
-def test_ratios_and_the_one_std_criterion(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_ratios_and_the_interval_criterion(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     ref = _run(tmp_path / "a", 3600.0, {"train_asr_shared": 1200.0, "report": 0.0}, _summary(50.0, 3.0, 49.0))
     cand = _run(tmp_path / "b", 2400.0, {"train_asr_shared": 600.0, "report": 1.0}, _summary(52.0, 2.0, 45.0))
     assert compare_repro_runs.main([str(ref), str(cand), "--md", str(tmp_path / "out.md")]) == 0
@@ -36,7 +35,8 @@ def test_ratios_and_the_one_std_criterion(tmp_path: Path, capsys: pytest.Capture
     assert "| **total** | **60.0** | **40.0** | **0.67** |" in out
     assert "| en-de | baseline BLEU | 50.00 ± 3.00 | 52.00 ± 2.00 | +2.00 | yes |" in out
     assert "| en-de | local BLEU | 49.00 ± 3.00 | 45.00 ± 2.00 | -4.00 | **no** |" in out  # 4 > max(3, 2)
-    assert out.rstrip().endswith("every BLEU mean within one std: no")
+    assert "| en-de | ASR WER | 1.50 | 1.50 | +0.00 |" in out
+    assert out.rstrip().endswith("every BLEU mean within the interval: no")
     assert (tmp_path / "out.md").read_text().strip() == out.strip()
 
 
@@ -70,17 +70,18 @@ def _seed_metrics(root: Path, system: str, pair: str, bleus: list[float]) -> Non
 
 
 def test_seed_metrics_compare_only_the_systems_both_trained(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """--seed-metrics: mean ± sample std from metrics/<system>/<pair>/seed<k>.json, no timing needed; a
-    system one workspace lacks (here the candidate's local runs) is left out."""
+    """--seed-metrics: mean ± the half-width of its 95 % interval over seeds from
+    metrics/<system>/<pair>/seed<k>.json, no timing needed; a system one workspace lacks (here the
+    candidate's local runs) is left out."""
     ref, cand = tmp_path / "a", tmp_path / "b"
-    _seed_metrics(ref, "baseline", "en-es", [70.0, 72.0, 74.0])  # 72 ± 2
+    _seed_metrics(ref, "baseline", "en-es", [70.0, 72.0, 74.0])  # 72 ± 4.97 (t(0.975, 2) · 2 / √3)
     _seed_metrics(ref, "local", "en-es", [1.0, 2.0, 3.0])
-    _seed_metrics(cand, "baseline", "en-es", [68.0, 69.0, 70.0])  # 69 ± 1: 3 > max(2, 1)
+    _seed_metrics(cand, "baseline", "en-es", [60.0, 61.0, 62.0])  # 61 ± 2.48: 11 > max(4.97, 2.48)
     assert compare_repro_runs.main([str(ref), str(cand), "--seed-metrics", "--names", "fp32", "bf16"]) == 0
     out = capsys.readouterr().out
-    assert "| en-es | baseline BLEU | 72.00 ± 2.00 | 69.00 ± 1.00 | -3.00 | **no** |" in out
+    assert "| en-es | baseline BLEU | 72.00 ± 4.97 | 61.00 ± 2.48 | -11.00 | **no** |" in out
     assert "local BLEU" not in out and "stage group" not in out
-    assert out.rstrip().endswith("every BLEU mean within one std: no")
+    assert out.rstrip().endswith("every BLEU mean within the interval: no")
     _seed_metrics(cand, "local", "en-es", [5.0, 6.0, 7.0])  # stale copies: --systems leaves them out
     assert compare_repro_runs.main([str(ref), str(cand), "--seed-metrics", "--systems", "baseline"]) == 0
     assert "local BLEU" not in capsys.readouterr().out

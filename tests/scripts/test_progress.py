@@ -147,9 +147,10 @@ def test_execute_shows_each_stage_progress_from_its_own_log(tmp_path: Path) -> N
 
 def _layout(root: Path, windows: bool = True, report: bool = True) -> Path:
     flat = {}
-    for pair, (b, l, sig) in {"en-de": (76.37, 76.76, 1), "en-it": (81.0, 80.93, 2)}.items():
+    for pair, (b, l, gap) in {"en-de": (76.37, 76.76, 0.39), "en-it": (81.0, 80.93, -0.07)}.items():
         flat.update({f"{pair}/baseline/bleu": b, f"{pair}/local/bleu": l, f"{pair}/baseline/chrf": 1.0,
-                     f"{pair}/local_vs_baseline/significant_seeds": sig})
+                     f"{pair}/local_minus_baseline/bleu": gap})
+    flat["en-de/local_minus_baseline/bleu_ci95"] = 1.5
     (root / "metrics" / "windows").mkdir(parents=True)
     (root / "metrics" / "summary.json").write_text(json.dumps(flat))
     if windows:
@@ -165,9 +166,9 @@ def _layout(root: Path, windows: bool = True, report: bool = True) -> Path:
 def test_summary_names_the_report_and_each_pairs_bleu_and_windows(tmp_path: Path) -> None:
     lines = _progress.summary_lines(_layout(tmp_path))
     assert lines == ["report: reports/report.md",
-                     "  en-de: BLEU baseline 76.37, local 76.76, p < 0.05 in 1 seed(s); "
+                     "  en-de: BLEU baseline 76.37, local 76.76, local − baseline +0.39 [-1.11, +1.89]; "
                      "Algorithm 1 windows, layers 3-5: 1 5 15",
-                     "  en-it: BLEU baseline 81.00, local 80.93, p < 0.05 in 2 seed(s)"]
+                     "  en-it: BLEU baseline 81.00, local 80.93, local − baseline -0.07"]
 
 
 def test_summary_is_empty_or_short_when_metrics_are_missing(tmp_path: Path) -> None:
