@@ -135,7 +135,7 @@ def _check_repo_relative(value: str, key: str) -> None:
 #: Metrics a run may select its best checkpoint by, and whether lower is better.
 LOWER_IS_BETTER = {"loss": True, "nll": True, "wer": True, "bleu": False, "chrf": False}
 #: Precision modes of ``train_*.amp`` (lib/precision.py resolves ``auto`` per device).
-AMP_MODES = ("none", "bf16", "fp16", "auto")
+AMP_MODES = ("none", "bf16", "fp16", "auto", "probe")
 #: Where the value bias b_V goes in Eq. 3 (lib/analysis/contributions.py).
 VALUE_BIAS_MODES = ("bias", "token")
 LR_SCHEDULERS = ("inverse_sqrt", "polynomial_decay")
@@ -165,6 +165,10 @@ class TrainConfig:
     # > 0: the CTC weight falls linearly from ctc_weight after this many updates to 0 at max_updates
     # (a demo option, lib.train.objectives.ctc_weight_at); 0: constant
     ctc_decay_from: int = 0
+    # > 0: the CTC weight starts at ctc_start_weight and falls linearly to ctc_weight over this many updates
+    # (a demo option: a strong CTC signal while the encoder learns to align; lib.train.objectives.ctc_weight_at)
+    ctc_start_updates: int = 0
+    ctc_start_weight: float = 0.0
     # A demo option (not in the paper, which uses one lr): the encoder's parameters (subsampler,
     # layers, final LayerNorm, CTC projection) step with lr x this factor; 1.0 = one lr for all.
     # For ST fine-tuning of a pretrained encoder on a short schedule (lib.train.loop.make_optimizer).
@@ -193,7 +197,7 @@ class TrainConfig:
     save_every: int = 1000
     average_last: int = 5  # average of the last K saved snapshots
     best_metric: str = "loss"  # loss | nll | wer | bleu | chrf
-    amp: str = "none"  # none | bf16 | fp16 (CUDA only) | auto (bf16 where the device has it: resolve_amp)
+    amp: str = "none"  # none | bf16 | fp16 (CUDA only) | auto (per device and CPU kind) | probe (measured): lib/precision.py
     # With update_freq k > 1: run an update as one batch of the k batches' utterances (sorted by length)
     # instead of k accumulated batches; same gradient up to float rounding (lib.train.loop.FoldPolicy).
     # auto: fold on CUDA when the folded batch's estimated peak memory fits, else accumulate (on a CPU: accumulate)
@@ -233,6 +237,11 @@ class TrainConfig:
             raise ValueError(f"{prefix}.encoder_layer_lr_decay must be in (0, 1], got {self.encoder_layer_lr_decay}")
         if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:
             raise ValueError(f"{prefix}: lr and clip_norm must be > 0, label_smoothing in [0, 1), ctc_weight >= 0")
+        if self.ctc_start_updates < 0 or (self.ctc_start_updates and not (
+                self.ctc_start_weight > 0 and self.ctc_start_updates < (self.ctc_decay_from or self.max_updates))):
+            raise ValueError(f"{prefix}.ctc_start_updates must be 0 (off) or, with ctc_start_weight > 0, below "
+                             f"ctc_decay_from or max_updates, got {self.ctc_start_updates} (ctc_start_weight "
+                             f"{self.ctc_start_weight})")
         if self.ctc_decay_from and not (self.ctc_weight > 0 and 0 < self.ctc_decay_from < self.max_updates):
             raise ValueError(f"{prefix}.ctc_decay_from must be 0 (off) or, with ctc_weight > 0, in (0, max_updates = "
                              f"{self.max_updates}), got {self.ctc_decay_from}")

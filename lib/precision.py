@@ -6,18 +6,24 @@ Shared by training (lib/train/loop.py) and decoding (lib/decode/beam_search.py).
 
 * decoding: bf16 (beam-5 decoding measured 1.24x faster on a 2-core AMD EPYC, 1.56x on a 2-core
   Intel Xeon with AMX: ``benchmarks/train_throughput.py``);
-* training: *measured* on this machine, once, and cached (:func:`resolve_train_amp`). bf16
-  autocast made a demo training step 1.66-1.74x faster on the AMD EPYC but 3-13 % *slower* on
-  the Intel Xeon with AMX (oneDNN's bf16 matmuls on the demo's small shapes, plus the casts;
-  ``benchmarks/train_real_batches.py``), so a CPU-flag rule cannot pick the faster one. The probe
-  times training steps of the run's own model on its first training batches in both precisions,
+* training: by CPU kind (:func:`cpu_trains_faster_in_bf16`), a rule fixed by whole runs, so every run
+  on a kind of CPU trains in the same precision. bf16 on a CPU with AVX-512 BF16 and no AMX: on a
+  2-core AMD EPYC the default's shared ASR model trained in 13.0-13.4 min in bf16 against
+  22.1-23.8 min in fp32, and the whole default 1.4x sooner. fp32 on a CPU with AMX: on a 2-core
+  Intel Xeon the same ASR model trained in 33.3 min in bf16 against 24.3 min in fp32 (oneDNN's bf16
+  matmuls on the demo's small shapes, plus the casts), and ST steps were 3-13 % slower in bf16.
+  The rule replaced a per-machine timing probe as ``auto``: on the Intel Xeon the probe picked bf16
+  at 1.37x for an ASR model that then trained slower than in fp32, and an hour later picked fp32
+  (1.04x) on the same host, so two runs of one default trained two different draws.
+
+``amp: probe`` keeps that measurement for a CPU kind the rule has not seen (:func:`resolve_train_amp`):
+it times training steps of the run's own model on its first training batches in both precisions,
   each batch shape new to each precision as in a real run (oneDNN compiles and caches a bf16
   kernel per shape: repeated or synthetic equal-length batches flatter bf16), keeps
   bf16 only when the median of its per-batch speedups is at least 15 % (fp32 is the more accurate
   one, so it wins ties and near-ties; the median, because single steps on 2 cores vary 0.8-1.6x).
   A probe's median within 0.15 of that threshold is measured twice more and the median of the three
-  decides (a probe, most likely run beside another training stage, once gave 1.06x for a model
-  measured at 1.40x and 1.47x alone: ``scripts/probe_precision.py``).
+  decides (``scripts/probe_precision.py`` runs it alone).
   The answer is cached under ``~/.cache/locality-st/precision/`` (``LOCALITY_ST_CACHE`` moves
   it), keyed by CPU (:func:`cpu_identity`: model name, family, model, stepping), torch version,
   thread count, model and batch size, so every run on a
@@ -71,15 +77,35 @@ def cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles (Intel Xeon Sapphire Rapids and later)."""
+    try:
+        return bool(torch.cpu._is_amx_tile_supported())
+    except AttributeError:
+        pass
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return "amx_tile" in f.read()
+    except OSError:
+        return False
+
+
+def cpu_trains_faster_in_bf16() -> bool:
+    """``amp: auto``'s training precision on a CPU: bf16 where the CPU computes bf16 natively without AMX
+    (AVX-512 BF16: the AMD EPYC, where whole runs train 1.4-1.7x sooner in bf16), fp32 on an AMX CPU (the
+    Intel Xeon, where whole runs train slower in bf16) or without native bf16. Module docstring."""
+    return cpu_has_bf16() and not cpu_has_amx()
+
+
 def resolve_amp(amp: str, device: torch.device) -> str:
-    """The precision a run uses: ``auto`` -> ``bf16`` on a CUDA device that supports it or on a CPU
-    with native bf16 (:func:`cpu_has_bf16`), else ``none``; other values are returned unchanged
+    """The precision a run decodes in: ``auto`` (and ``probe``) -> ``bf16`` on a CUDA device that supports it
+    or on a CPU with native bf16 (:func:`cpu_has_bf16`), else ``none``; other values are returned unchanged
     (``fp16`` on CPU is refused: autocast has no fp16 CPU kernels worth using)."""
     if amp not in AMP_MODES:
         raise ValueError(f"amp must be one of {list(AMP_MODES)}, got {amp!r}")
     if amp == "fp16" and device.type != "cuda":
         raise ValueError("amp: fp16 needs a CUDA device (use bf16 or auto on CPU)")
-    if amp != "auto":
+    if amp not in ("auto", "probe"):
         return amp
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "none"
@@ -264,8 +290,8 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
                       probe_batches: Callable[[], list], ctc_weight: float = 0.0, data_id: str = "",
                       pad_to: tuple[int, int] = (1, 1), bf16_pad_to: tuple[int, int] | None = None,
                       bf16_probe_batches: Callable[[], list] | None = None) -> str:
-    """The precision a training run uses: :func:`resolve_amp`, except ``auto`` on a CPU with native
-    bf16, which is measured (:func:`probe_step_times` on ``probe_batches()``, a few of the run's
+    """The precision a training run uses: :func:`resolve_amp`, except on a CPU with native bf16: ``auto``
+    follows :func:`cpu_trains_faster_in_bf16`, and ``probe`` is measured (:func:`probe_step_times` on ``probe_batches()``, a few of the run's
     training batches; ``data_id`` names that data in the cache key) once per machine, model,
     data, batch size and batch padding (``pad_to``: the run's ``pad_frames_to, pad_tokens_to``)
     and cached (module docstring); the model is the baseline of ``model_config``
@@ -274,8 +300,14 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
     ``bf16_probe_batches()``: the same batches so padded), bf16 is timed on those: each precision as
     it would train. The choice and its figures go to stderr."""
     resolved = resolve_amp(amp, device)
-    if amp != "auto" or device.type != "cpu" or resolved != "bf16":
+    if amp not in ("auto", "probe") or device.type != "cpu" or resolved != "bf16":
         return resolved
+    if amp == "auto":  # the CPU-kind rule: stable from run to run and host to host
+        choice = "bf16" if cpu_trains_faster_in_bf16() else "none"
+        print(f"precision (amp: auto, training): {choice} on this CPU kind ("
+              + ("AVX-512 BF16 without AMX" if choice == "bf16" else "AMX: bf16 trains slower on the demo's shapes")
+              + "; lib/precision.py)", file=sys.stderr)
+        return choice
     model_config = baseline_model_config(model_config)  # every system of a pair: its baseline's precision
     ident = {"cpu": cpu_identity(), "torch": torch.__version__, "threads": torch.get_num_threads(),
              "probe": PROBE_VERSION, "model": model_config, "max_frames": int(max_frames),
@@ -293,7 +325,7 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
     try:
         cached = json.loads(path.read_text(encoding="utf-8"))
         if cached.get("ident") == ident and cached.get("choice") in ("none", "bf16"):
-            print(f"precision (amp: auto, training): {cached['choice']}, measured on this machine before "
+            print(f"precision (amp: probe, training): {cached['choice']}, measured on this machine before "
                   f"(fp32 {cached['fp32_ms']:.0f} ms vs bf16 {cached['bf16_ms']:.0f} ms per step; {path})",
                   file=sys.stderr)
             return cached["choice"]
@@ -311,18 +343,18 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
                 cached = json.loads(path.read_text(encoding="utf-8"))
                 if cached.get("ident") == ident and cached.get("choice") in ("none", "bf16"):
                     return cached["choice"]
-        print("precision (amp: auto, training): timing fp32 and bf16 training steps on this CPU (once per "
+        print("precision (amp: probe, training): timing fp32 and bf16 training steps on this CPU (once per "
               "machine, model, data and batch size) ...", file=sys.stderr)
         batches = probe_batches()
         if len(batches) < PROBE_MIN_BATCHES:  # a toy training set: nothing to measure, keep the CPU-flag answer
-            print(f"precision (amp: auto, training): bf16 (only {len(batches)} training batches: too few to "
+            print(f"precision (amp: probe, training): bf16 (only {len(batches)} training batches: too few to "
                   "measure; not cached)", file=sys.stderr)
             return "bf16"
         started = time.perf_counter()
         bf16_batches = bf16_probe_batches() if bf16_probe_batches is not None else None
         rounds = [probe_step_times(model_config, batches, ctc_weight, bf16_batches=bf16_batches)]
         if abs(rounds[0]["speedup"] - BF16_MIN_SPEEDUP) < PROBE_CONFIRM_BAND:  # too close to call on one probe
-            print(f"precision (amp: auto, training): median speedup {rounds[0]['speedup']:.2f}x is within "
+            print(f"precision (amp: probe, training): median speedup {rounds[0]['speedup']:.2f}x is within "
                   f"{PROBE_CONFIRM_BAND} of {BF16_MIN_SPEEDUP}x; measuring {PROBE_REPEATS - 1} more times",
                   file=sys.stderr)
             rounds += [probe_step_times(model_config, batches, ctc_weight, bf16_batches=bf16_batches)
@@ -339,7 +371,7 @@ def resolve_train_amp(amp: str, device: torch.device, model_config: dict[str, An
         atomic_write_json(path, record)
     padded = f" padded to {ident['bf16_pad_to'][0]} frames / {ident['bf16_pad_to'][1]} tokens" if "bf16_pad_to" in ident else ""
     over = f" (the median of {len(rounds)} probes)" if len(rounds) > 1 else ""
-    print(f"precision (amp: auto, training): {choice} (fp32 {record['fp32_ms']:.0f} ms vs bf16{padded} "
+    print(f"precision (amp: probe, training): {choice} (fp32 {record['fp32_ms']:.0f} ms vs bf16{padded} "
           f"{record['bf16_ms']:.0f} ms per step on average, median speedup {t['speedup']:.2f}x{over}; bf16 needs >= "
           f"{BF16_MIN_SPEEDUP}x; measured in {record['probe_seconds']} s, cached in {path})", file=sys.stderr)
     return choice

@@ -1,4 +1,4 @@
-"""Measure `amp: auto`'s training probe again, without reading or writing its cache: for each pair,
+"""Measure `amp: probe`'s training probe again, without reading or writing its cache: for each pair,
 the ST baseline model (or, with `--task asr`, the ASR model) timed in fp32 and bf16 on the run's
 first training batches exactly as a pipeline run's probe times them (`lib.precision.probe_step_times`:
 each precision in its own process, bf16 on batches padded as a bf16 run pads them), `--repeats`

@@ -21,8 +21,11 @@ def test_controls_may_be_listed(tmp_path: Path) -> None:
     p = load_params(_write(tmp_path, lambda p: p["controls"].update(systems=["local_shuffled", "local_uniform"],
                                                                     band_seeds=[2, 5], shuffle_seed=7)))
     assert p.controls.systems == ["local_shuffled", "local_uniform"] and p.controls.band_seeds == [2, 5]
-    p = load_params(_write(tmp_path, lambda p: p["controls"].update(systems=["local_uniform"],
-                                                                    asr_systems=["local_uniform"])))
+    def fork_controls(p):  # noqa: ANN001, ANN202  (a control's own ASR fork needs local's fork rule)
+        p["local"]["asr_pretraining"] = "fork"
+        p["asr"]["fork_updates"] = 1200
+        p["controls"].update(systems=["local_uniform"], asr_systems=["local_uniform"])
+    p = load_params(_write(tmp_path, fork_controls))
     assert p.controls.asr_systems == ["local_uniform"]
 
 

@@ -62,6 +62,10 @@ class ModelConfig:
     # through the same final LayerNorm (ESPnet's intermediate CTC, Lee & Watanabe 2021), so the layers
     # above k learn only from the decoder. Demo trial (docs/locality-study.md, row T), not in the paper.
     ctc_layer: int = 0
+    # True: the CTC head's weight starts at zero (uniform CTC posteriors over the vocabulary, whatever the
+    # seed), not at torch's default uniform init. A demo option: under the default init some ASR seeds sit
+    # on a CTC plateau for 1000+ updates (docs/results.md, "What decides a draw").
+    ctc_zero_init: bool = False
     pad_idx: int = 1  # fairseq dictionary convention
     # Encoder input (demo-only deviations from fairseq; the paper profile keeps the defaults):
     # scale_embedding: multiply the subsampler output by sqrt(d) (fairseq; False = its
@@ -135,7 +139,7 @@ class ModelConfig:
         """Plain dict (ints/floats/lists/dicts/None): safe for torch.load(weights_only=True).
 
         Decoder attention specs are left out when None (plain attention), ``attention_fp32`` when
-        False and ``ctc_layer`` when 0, so the configs -- and the resume fingerprints -- of models without them are those from
+        False, ``ctc_layer`` when 0 and ``ctc_zero_init`` when False, so the configs -- and the resume fingerprints -- of models without them are those from
         before they existed."""
         d = asdict(self)
         for name in ("decoder_self_attention", "cross_attention"):
@@ -145,6 +149,8 @@ class ModelConfig:
             del d["attention_fp32"]
         if not d["ctc_layer"]:
             del d["ctc_layer"]
+        if not d["ctc_zero_init"]:
+            del d["ctc_zero_init"]
         return d
 
     @classmethod

@@ -256,6 +256,8 @@ class S2TTransformerEncoder(nn.Module):
         self.ctc_proj = (
             nn.Linear(cfg.d_model, cfg.ctc_vocab_size) if cfg.ctc_vocab_size is not None else None
         )
+        if self.ctc_proj is not None and cfg.ctc_zero_init:  # drawn as usual first: the other weights are the same
+            nn.init.zeros_(self.ctc_proj.weight)
 
     def embed(self, feats: Tensor, feat_lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The two parts of the first layer's input, before dropout: ``content`` (B, N, d) =

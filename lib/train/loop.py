@@ -589,7 +589,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             mine = group[rank * cfg.update_freq:(rank + 1) * cfg.update_freq]
             optimizer.zero_grad(set_to_none=True)
             # the CTC weight for u = updates completed so far (resume-safe)
-            criterion.ctc_weight = ctc_weight_at(st.update, cfg.ctc_weight, cfg.ctc_decay_from, cfg.max_updates)
+            criterion.ctc_weight = ctc_weight_at(st.update, cfg.ctc_weight, cfg.ctc_decay_from, cfg.max_updates,
+                                                 cfg.ctc_start_updates, cfg.ctc_start_weight)
             if head_selection is not None:  # τ(u) for u = updates completed so far (resume-safe)
                 set_head_selection_tau(model, head_selection.tau(st.update))
                 set_head_selection_noise(model, head_selection.noise(st.update))

@@ -69,12 +69,19 @@ def learning_rate(update: int, scheduler: str, lr: float, warmup_updates: int, m
     raise ValueError(f"unknown lr_scheduler {scheduler!r} (inverse_sqrt | polynomial_decay)")
 
 
-def ctc_weight_at(update: int, ctc_weight: float, decay_from: int, max_updates: int) -> float:
-    """The auxiliary CTC loss's weight for the update after ``update`` completed ones
-    (``TrainConfig.ctc_decay_from``): ``ctc_weight`` until ``decay_from`` updates, then falling
-    linearly to 0 at ``max_updates``; ``decay_from`` 0 keeps it constant (the default). A demo option:
-    the CTC loss gets the encoder off the ground, and its decay hands the top layers to the decoder's
-    loss alone for the rest of the run (docs/locality-study.md, row U)."""
+def ctc_weight_at(update: int, ctc_weight: float, decay_from: int, max_updates: int,
+                  start_updates: int = 0, start_weight: float = 0.0) -> float:
+    """The auxiliary CTC loss's weight for the update after ``update`` completed ones (demo options, both
+    off by default: then ``ctc_weight`` throughout):
+
+    - ``start_updates`` > 0 (``TrainConfig.ctc_start_updates``): ``start_weight`` at the first update, falling
+      linearly to ``ctc_weight`` at ``start_updates``: a strong CTC signal while the encoder learns to align
+      frames to tokens, the run's weight after that;
+    - ``decay_from`` > 0 (``TrainConfig.ctc_decay_from``): ``ctc_weight`` until ``decay_from`` updates, then
+      falling linearly to 0 at ``max_updates``: the decay hands the top layers to the decoder's loss alone for
+      the rest of the run (docs/locality-study.md, row U)."""
+    if start_updates > 0 and update < start_updates:
+        return start_weight + (ctc_weight - start_weight) * update / start_updates
     if decay_from <= 0 or update < decay_from:
         return float(ctc_weight)
     return ctc_weight * max(max_updates - update, 0) / max(max_updates - decay_from, 1)

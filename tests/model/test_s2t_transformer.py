@@ -134,6 +134,20 @@ def test_ctc_head():
     assert enc.ctc_logits.shape == (3, enc.out.size(1), 11)
 
 
+def test_ctc_zero_init_changes_the_ctc_weight_only():
+    """ctc_zero_init: the CTC head's weight starts at 0 (the same uniform posteriors whatever the seed: its
+    bias only shifts every frame alike); every other weight is what the same seed draws without it, and the
+    flag stays out of the config dict (and resume fingerprint) of models without it."""
+    plain, zero = _model(ctc_vocab_size=11), _model(ctc_vocab_size=11, ctc_zero_init=True)
+    a, b = plain.state_dict(), zero.state_dict()
+    assert [k for k in a if not torch.equal(a[k], b[k])] == ["encoder.ctc_proj.weight"]
+    assert not b["encoder.ctc_proj.weight"].any() and a["encoder.ctc_proj.weight"].any()
+    feats, lengths, _ = _batch()
+    logp = zero.encode(feats, lengths).ctc_logits.log_softmax(-1)
+    torch.testing.assert_close(logp, logp[:1, :1].expand_as(logp))  # every frame of every item alike
+    assert "ctc_zero_init" not in plain.cfg.to_dict() and zero.cfg.to_dict()["ctc_zero_init"] is True
+
+
 def test_intermediate_ctc_reads_layer_k_through_the_final_layer_norm():
     """ctc_layer=k: the CTC head sees layer k's output through the shared final LayerNorm (ESPnet's
     intermediate CTC); ctc_layer equal to the depth is the encoder output itself; the encoder output

@@ -68,7 +68,7 @@ def test_padding_is_part_of_the_probe_cache_key(tmp_path: Path, monkeypatch: pyt
                         lambda cfg, batches, ctc_weight=0.0, bf16_batches=None: calls.append(1) or {"none": 2.0, "bf16": 1.0, "speedup": 2.0})
 
     def resolve(pad_to: tuple[int, int]) -> str:
-        return precision.resolve_train_amp("auto", torch.device("cpu"), {"d_model": 16}, 400,
+        return precision.resolve_train_amp("probe", torch.device("cpu"), {"d_model": 16}, 400,
                                            probe_batches=lambda: [object()] * precision.PROBE_MIN_BATCHES,
                                            pad_to=pad_to)
 
@@ -101,7 +101,7 @@ def test_auto_padding_pads_only_bf16_training_on_a_cpu() -> None:
 @pytest.mark.parametrize(("fp32", "bf16", "choice", "pad"), [(2.0, 1.0, "bf16", (64, 8)), (1.0, 1.0, "none", (1, 1))])
 def test_auto_padding_probes_each_precision_on_the_batches_it_would_train_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fp32: float, bf16: float, choice: str, pad: tuple) -> None:
-    """`pad_*: auto` with `amp: auto`: the probe times fp32 on unpadded batches and bf16 on padded
+    """`pad_*: auto` with `amp: probe`: the probe times fp32 on unpadded batches and bf16 on padded
     ones; the run then trains with the padding of the precision chosen."""
     monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
     monkeypatch.setattr(precision, "resolve_amp", lambda amp, device: "bf16")
@@ -112,7 +112,7 @@ def test_auto_padding_probes_each_precision_on_the_batches_it_would_train_on(
         return {"none": fp32, "bf16": bf16, "speedup": fp32 / bf16}
 
     monkeypatch.setattr(precision, "probe_step_times", probe)
-    cfg = TrainConfig(amp="auto", max_frames=400, pad_frames_to="auto", pad_tokens_to="auto")
+    cfg = TrainConfig(amp="probe", max_frames=400, pad_frames_to="auto", pad_tokens_to="auto")
     n = precision.PROBE_MIN_BATCHES
     got = precision.resolve_train_precision(cfg, torch.device("cpu"), {"d_model": 16}, lambda p: [p] * n, data_id="x")
     assert got == (choice, pad)
@@ -120,7 +120,7 @@ def test_auto_padding_probes_each_precision_on_the_batches_it_would_train_on(
     # cached apart from a run that pads both precisions alike
     key = json.loads(next((tmp_path / "precision").glob("train-*.json")).read_text())["ident"]
     assert key["bf16_pad_to"] == [64, 8] and "pad_to" not in key
-    explicit = TrainConfig(amp="auto", max_frames=400, pad_frames_to=64, pad_tokens_to=8)
+    explicit = TrainConfig(amp="probe", max_frames=400, pad_frames_to=64, pad_tokens_to=8)
     precision.resolve_train_precision(explicit, torch.device("cpu"), {"d_model": 16}, lambda p: [p] * n, data_id="x")
     assert seen == {"none": [(64, 8)] * n, "bf16": None}
     assert len(list((tmp_path / "precision").glob("train-*.json"))) == 2

@@ -441,8 +441,8 @@ def test_ctc_decay_sets_the_criterion_weight_before_every_update(prepared: Path,
     seen: list[tuple[int, float]] = []
     real = loop.ctc_weight_at
 
-    def spy(update: int, weight: float, decay_from: int, max_updates: int) -> float:
-        w = real(update, weight, decay_from, max_updates)
+    def spy(update: int, weight: float, decay_from: int, max_updates: int, *start) -> float:  # noqa: ANN002
+        w = real(update, weight, decay_from, max_updates, *start)
         seen.append((update, w))
         return w
 
@@ -530,3 +530,25 @@ def test_encoder_layer_lr_decay_out_of_range_is_named(bad: float) -> None:
 
     with pytest.raises(ValueError, match=r"train_st\.encoder_layer_lr_decay"):
         TrainConfig(encoder_layer_lr_decay=bad).validate("train_st")
+
+
+def test_a_runs_first_updates_do_not_depend_on_its_length_or_evaluations(prepared: Path, tmp_path: Path) -> None:
+    """scripts/st_length.py reads a long run's dev curve as the curve of shorter runs: under inverse_sqrt the
+    first k updates of an 8-update run with a dev evaluation every 2 are a 4-update run's, weights and dev
+    loss alike (dev evaluations draw nothing from the training RNG); polynomial_decay, whose lr depends on
+    the length, is the control."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        short, s_short = _driver.run_training(prepared, tmp_path / "short", train_overrides=dict(max_updates=4, eval_every=4))
+        _, s_long = _driver.run_training(prepared, tmp_path / "long", train_overrides=dict(max_updates=8, eval_every=2))
+        poly = dict(warmup_updates=1, lr_scheduler="polynomial_decay")
+        poly4, _ = _driver.run_training(prepared, tmp_path / "poly4", train_overrides=dict(max_updates=4, **poly))
+        _driver.run_training(prepared, tmp_path / "poly8", train_overrides=dict(max_updates=8, eval_every=2, **poly))
+    finally:
+        torch.set_num_threads(old)
+    at4 = ckpt.load(tmp_path / "long/checkpoints/snapshots/update_0000004.pt")["model"]
+    assert_same_state(short.state_dict(), at4)
+    assert [r["update"] for r in s_long["history"]] == [2, 4, 6, 8]
+    assert s_long["history"][1] == s_short["history"][0]
+    assert state_differs(poly4.state_dict(), ckpt.load(tmp_path / "poly8/checkpoints/snapshots/update_0000004.pt")["model"])

@@ -179,3 +179,25 @@ def test_ctc_decay_from_out_of_range_is_named(bad: dict) -> None:
 
     with pytest.raises(ValueError, match=r"train_asr\.ctc_decay_from"):
         TrainConfig(**bad).validate("train_asr")
+
+
+def test_ctc_start_weight_falls_linearly_to_the_runs_weight() -> None:
+    from lib.train.objectives import ctc_weight_at
+
+    # 0.5 at the first update, 0.1 from update 5 on (u = 4 completed: 0.5 + (0.1 - 0.5) * 4 / 4 = 0.1)
+    got = [ctc_weight_at(u, 0.1, 0, 10, start_updates=4, start_weight=0.5) for u in range(10)]
+    assert got == pytest.approx([0.5, 0.4, 0.3, 0.2] + [0.1] * 6)
+    # with a decay after it: the two phases do not overlap
+    got = [ctc_weight_at(u, 0.2, 6, 10, start_updates=2, start_weight=0.6) for u in range(10)]
+    assert got == pytest.approx([0.6, 0.4, 0.2, 0.2, 0.2, 0.2, 0.2, 0.15, 0.1, 0.05])
+
+
+@pytest.mark.parametrize("bad", [dict(ctc_start_updates=3, ctc_start_weight=0.0),
+                                 dict(ctc_start_updates=-1, ctc_start_weight=0.5),
+                                 dict(ctc_start_updates=10, ctc_start_weight=0.5),
+                                 dict(ctc_start_updates=6, ctc_start_weight=0.5, ctc_decay_from=5)])
+def test_ctc_start_out_of_range_is_named(bad: dict) -> None:
+    from lib.params import TrainConfig
+
+    with pytest.raises(ValueError, match=r"train_asr\.ctc_start_updates"):
+        TrainConfig(**{"max_updates": 10, "ctc_weight": 0.1, **bad}).validate("train_asr")

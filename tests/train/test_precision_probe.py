@@ -57,7 +57,7 @@ def test_probe_times_each_precision_in_its_own_process_and_decides_on_the_median
     monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
     enough = batches * precision.PROBE_MIN_BATCHES  # the fake probe's figures stand for these
-    assert precision.resolve_train_amp("auto", torch.device("cpu"), cfg, 200, probe_batches=lambda: enough) == "none"
+    assert precision.resolve_train_amp("probe", torch.device("cpu"), cfg, 200, probe_batches=lambda: enough) == "none"
 
 
 def test_probe_child_process_round_trips_the_batches(prepared: Path, tmp_path: Path) -> None:
