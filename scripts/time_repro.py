@@ -5,9 +5,10 @@ arguments passed through, e.g. `-j 1`) and report the wall time of every stage.
     python scripts/time_repro.py train_baseline   # one stage (matrix) and what it needs
     python scripts/time_repro.py --fresh -f       # every stage, every model trained from scratch
 
-``--fresh`` first removes every run's resume state (runs/**/checkpoints): without it a forced
-training stage whose last.pt matches its config resumes at its final update and only decodes, so
-`-f` alone does not time the training.
+``--fresh`` first removes every pipeline run's resume state (runs/**/checkpoints, except inside the
+scratch folders of scripts/asr_draws.py and scripts/st_length.py, which hold their own runs): without
+it a forced training stage whose last.pt matches its config resumes at its final update and only
+decodes, so `-f` alone does not time the training.
 
 Prints a table at the end and writes it to reports/repro_timing.json (not a DVC metric: wall times
 vary run to run): per stage its start and end, per stage group the wall time while any of its
@@ -27,6 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pipeline_checkpoints(runs: Path) -> list[Path]:
+    """The checkpoints folders of the pipeline's runs under ``runs``: every one, except those inside a
+    scratch workdir of another script (a folder whose .gitignore is ``*``, as scripts/asr_draws.py and
+    scripts/st_length.py write; their draws are runs of their own, resumed by those scripts)."""
+    scratch = [g.parent for g in runs.rglob(".gitignore") if g.read_text(encoding="utf-8").strip() == "*"]
+    return sorted(d for d in runs.rglob("checkpoints")
+                  if d.is_dir() and not any(d.is_relative_to(s) for s in scratch))
+
+
 def main() -> None:
     from _venv import ensure_project_venv
 
@@ -36,7 +46,7 @@ def main() -> None:
         sys.exit(subprocess.call([sys.executable, str(ROOT / "scripts" / "repro.py"), *args], cwd=ROOT))
     if "--fresh" in args:
         args = [a for a in args if a != "--fresh"]
-        stale = sorted(d for d in (ROOT / "runs").rglob("checkpoints") if d.is_dir())
+        stale = pipeline_checkpoints(ROOT / "runs")
         for d in stale:
             shutil.rmtree(d)
         print(f"--fresh: removed {len(stale)} checkpoints folders under runs/", flush=True)

@@ -69,18 +69,23 @@ def test_two_draws_end_to_end_and_resume(setting, tmp_path: Path) -> None:
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     calls: list = []
-    argv = ["--draws", "2", "--params", str(params), "--prepared", str(prepared), "--workdir", str(tmp_path / "w"),
-            "--out", str(tmp_path / "out" / "draws"), "--jobs", "1"]
+    argv = ["--draws", "2", "--seeds", "1", "2", "--params", str(params), "--prepared", str(prepared),
+            "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "out" / "draws"), "--jobs", "1"]
     try:
         result = asr_draws.main(argv, runner=in_process(calls))
     finally:
         torch.set_num_threads(old)
-    assert len(calls) == 2 * (1 + 6)  # the shared ASR model, then the pair's six stages, per draw
+    # per draw: the shared ASR model; the pair's ASR copy, 2 baselines, windows, 2 health checks, band test;
+    # the shared fork; the pair's fork copy and 2 local runs
+    assert len(calls) == 2 * (1 + 7 + 1 + 3)
+    order = [c[0][0] for c in calls[:12]]
+    assert order.index("stages/select_windows.py") < order.index("stages/train_asr_local.py") < \
+        order.index("stages/train_local.py")
     assert (tmp_path / "w" / ".gitignore").read_text() == "*\n"
     draw = {seed: tmp_path / "w" / "params" / f"seed{seed}" for seed in (1, 2)}
     for seed, folder in draw.items():
         p = yaml.safe_load((folder / "params.yaml").read_text())
-        assert p["train_asr"]["seed"] == seed and p["seeds"] == [1] and p["controls"]["band_seeds"] == [1]
+        assert p["train_asr"]["seed"] == seed and p["seeds"] == [1, 2] and p["controls"]["band_seeds"] == [1]
     # two draws: two different ASR models, both the pipeline's (same path, same stage)
     assert (draw[1] / "runs/asr_shared/model.pt").read_bytes() != (draw[2] / "runs/asr_shared/model.pt").read_bytes()
     table = json.loads((tmp_path / "out" / "draws.json").read_text())
@@ -92,12 +97,28 @@ def test_two_draws_end_to_end_and_resume(setting, tmp_path: Path) -> None:
         assert row["rho"] == health["summary"].get("alg1_windows_rho")
         assert set(row["gap"]) == {"alg1", "uniform", "shuffled"}
         assert f"| {seed} | en-de | {' '.join(map(str, row['windows']))} |" in md
+        # the ASR model's dev-WER curve, as the run logged it
+        wer = (draw[int(seed)] / "plots/train/asr_shared/dev/wer.tsv").read_text().split()
+        assert row["asr_dev_wer"] and row["asr_dev_wer"][-1][1] == pytest.approx(float(wer[-1]))
+        # every seed's BLEU of both systems, and local - baseline paired by seed
+        for system in ("baseline", "local"):
+            for i, st_seed in enumerate((1, 2)):
+                m = json.loads((draw[int(seed)] / f"metrics/{system}/en-de/seed{st_seed}.json").read_text())
+                assert row["runs"][system]["bleu"][i] == m["bleu"]
+        diffs = [a - b for a, b in zip(row["runs"]["local"]["bleu"], row["runs"]["baseline"]["bleu"])]
+        from lib.report.stats import interval
+
+        assert f"| {seed} | en-de |" in md and interval(diffs).cell() in md
     rhos = [table["draws"][s]["pairs"]["en-de"]["rho"] for s in ("1", "2")]
-    from lib.report.controls import mean_ci
+    from lib.report.stats import mean_ci
 
     m, h = mean_ci(rhos)
     assert table["summary"]["pairs"]["en-de"]["rho"] == {"mean": round(m, 4), "ci95": round(h, 4), "n": 2}
-    assert "python scripts/asr_draws.py --draws 2" == table["command"] and "## en-de: the ST windows per layer" in md
+    assert table["summary"]["pooled"]["n"] == 2
+    outcome = table["summary"]["outcomes"]["local"]["en-de"]
+    assert outcome["lose"] + outcome["gain"] + outcome["hold_0"] == 2
+    assert table["command"] == "python scripts/asr_draws.py --draws 2 --seeds 1 2"
+    assert "## en-de: the ST windows per layer" in md and "## local − baseline per draw and pair" in md
     assert "health_st" not in table["draws"]["1"]["pairs"]["en-de"]  # the per-layer dump stays in the draw folder
     # a rerun finds every step done: nothing trains again, the same table
     again: list = []
@@ -110,6 +131,54 @@ def test_two_draws_end_to_end_and_resume(setting, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="made with other params"):
         asr_draws.prepare_draw(draw[1], {"x": 1}, prepared, "data/prepared")
     assert result["summary"] == table["summary"]
+    # a workspace draw has no band-test stage (controls.band_seeds: []): Algorithm 1's gap from health_st
+    (draw[1] / "metrics/variants/band_test/en-de/seed1.json").unlink()
+    row = asr_draws.collect_draw(draw[1], "en-de", 1, [1, 2], ["baseline", "local"])
+    health = json.loads((draw[1] / "metrics/health/en-de/st.json").read_text())
+    assert row["gap"] == {"alg1": health["summary"]["alg1_gap_recovered"], "uniform": None, "shuffled": None}
+    assert row["acc_full"] == health["band_test"]["full"]["acc"]
+
+
+def test_steps_wait_for_what_they_need_and_a_failure_stops_the_draw(tmp_path: Path) -> None:
+    steps = asr_draws.draw_steps(["en-de", "en-es"], [1, 2], 2, ["baseline", "local"], "local_uniform", control_fork=True)
+    names = [s.name for s in steps]
+    assert names[0] == "asr" and names.index("baseline@en-de-2") < names.index("baseline@en-de-1")  # analysed seed first
+    by = {s.name: s for s in steps}
+    assert by["asr_local"].after == {"asr", "windows@en-de", "windows@en-es"}
+    assert by["control@en-es-1"].after == {"asr_local@en-es", "asr_control", "windows@en-es"}
+    ran: list[str] = []
+
+    def runner(argv, cwd):  # noqa: ANN001, ANN202
+        ran.append(" ".join(argv))
+    (tmp_path / asr_draws.DONE).mkdir()
+    assert asr_draws.run_steps(tmp_path, steps, 2, runner) is True
+    position = {cmd: i for i, cmd in enumerate(ran)}
+    for step in steps:  # with two workers, nothing starts before what it waits for finished
+        for dep in step.after:
+            assert position[" ".join(by[dep].argv)] < position[" ".join(step.argv)]
+    assert asr_draws.run_steps(tmp_path, steps, 2, runner) is False  # markers: nothing runs twice
+    (tmp_path / "again" / asr_draws.DONE).mkdir(parents=True)
+
+    def failing(argv, cwd):  # noqa: ANN001, ANN202
+        if argv[0] == "stages/select_windows.py":
+            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        asr_draws.run_steps(tmp_path / "again", steps, 1, failing)
+    assert not list((tmp_path / "again" / asr_draws.DONE).glob("stages_train_local.py*"))
+    with pytest.raises(ValueError, match="unknown steps"):
+        asr_draws.run_steps(tmp_path, [asr_draws.Step("a", ["x"], {"b"})], 1, runner)
+
+
+def test_summary_counts_draws_that_lose_gain_or_hold_zero() -> None:
+    def row(rho, base, local):  # noqa: ANN001, ANN202
+        return {"rho": rho, "gap": {"alg1": 0.5}, "runs": {"baseline": {"bleu": base, "dev_nll": [1.0] * len(base)},
+                                                          "local": {"bleu": local, "dev_nll": [1.0] * len(local)}}}
+    draws = {1: {"pairs": {"p": row(0.5, [10, 11, 12], [8, 9, 10.5])}},     # -2, -2, -1.5: below 0
+             2: {"pairs": {"p": row(-0.1, [10, 11, 12], [11, 10, 12.5])}},  # holds 0
+             3: {"pairs": {"p": row(0.3, [10, 11, 12], [11, 12, 13.2])}}}   # +1, +1, +1.2: above 0
+    s = asr_draws.summarize(draws, ["p"], ["baseline", "local"])
+    assert s["outcomes"]["local"]["p"] == {"lose": 1, "gain": 1, "hold_0": 1}
+    assert s["draw_mean_range"] == pytest.approx(0.6) and s["pooled"]["positive"] == 2 and s["pooled"]["n"] == 3
 
 
 def test_subprocess_runner_names_the_log(tmp_path: Path, monkeypatch) -> None:
@@ -146,8 +215,31 @@ def test_draw_params_change_only_the_draw(tmp_path: Path) -> None:
     out = asr_draws.draw_params(params, 3, "auto")
     assert out["train_asr"]["seed"] == 3 and out["train_asr"]["amp"] == "auto"
     assert out["seeds"] == [params["analysis"]["st_seed"]] and out["controls"]["band_seeds"] == out["seeds"]
+    assert asr_draws.draw_params(params, 3, None, [1, 2, 3])["seeds"] == [1, 2, 3]
+    control = asr_draws.draw_params(params, 3, None, None, "local_uniform")["controls"]
+    assert control["systems"] == ["local_uniform"]
+    assert control["asr_systems"] == (["local_uniform"] if params["local"]["asr_pretraining"] == "fork" else [])
     for key in ("train_asr", "seeds", "controls"):
         out.pop(key), params.pop(key)
     assert out == params
     with pytest.raises(SystemExit, match="no prepared data"):
         asr_draws.main(["--draws", "1", "--prepared", str(tmp_path)], runner=lambda a, c: None)
+
+
+def test_asr_seeds_pick_any_set_of_draws(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        asr_draws.main(["--asr-seeds", "3", "3", "--prepared", str(tmp_path)], runner=lambda a, c: None)
+    assert "--asr-seeds: a seed given twice" in capsys.readouterr().err
+    prepared = tmp_path / "prepared"
+    for pair in yaml.safe_load((REPO / "params.yaml").read_text())["pairs"]:
+        (prepared / pair).mkdir(parents=True)
+        (prepared / pair / "train.tsv").write_text("id\n")
+    started: list = []
+
+    def stop_at_asr(argv, cwd):  # noqa: ANN001, ANN202
+        started.append(Path(cwd).name)
+        raise RuntimeError("stop")
+    with pytest.raises(RuntimeError, match="stop"):
+        asr_draws.main(["--asr-seeds", "3", "1", "--prepared", str(prepared), "--workdir", str(tmp_path / "w"),
+                        "--jobs", "1"], runner=stop_at_asr)
+    assert started == ["seed3"]  # the first seed given, not the lowest

@@ -213,3 +213,18 @@ def test_time_repro_records_no_absolute_path(tmp_path: Path) -> None:
     assert record["command"] == "python scripts/repro.py -j 2 --timing reports/repro_timing.json"
     assert str(tmp_path) not in text and set(record["by_stage"]) == {"a", "b"}
 
+
+
+def test_fresh_removes_the_pipelines_resume_state_only(tmp_path) -> None:
+    """time_repro --fresh: the pipeline's runs lose their checkpoints; the scratch draws of asr_draws /
+    st_length (a workdir whose .gitignore is `*`) keep theirs, so their interrupted runs still resume."""
+    import time_repro
+
+    runs = tmp_path / "runs"
+    for d in ("asr_shared/checkpoints", "baseline/en-de/seed1/checkpoints", "draws/params/seed2/runs/asr_shared/checkpoints",
+              "st_length/720/runs/local/en-de/seed1/checkpoints"):
+        (runs / d).mkdir(parents=True)
+    for scratch in ("draws", "st_length"):
+        (runs / scratch / ".gitignore").write_text("*\n")
+    assert time_repro.pipeline_checkpoints(runs) == [runs / "asr_shared/checkpoints",
+                                                     runs / "baseline/en-de/seed1/checkpoints"]

@@ -1,0 +1,74 @@
+"""scripts/st_length.py: baseline and local runs of one length with dense dev evaluations, from a finished
+draw's ASR models and windows, then local − baseline per evaluation step with its interval over seeds."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.dvc_repo import REPO
+from tests.scripts.test_asr_draws import in_process, setting  # noqa: F401 (the fixture)
+
+sys.path.insert(0, str(REPO / "scripts"))
+
+import asr_draws  # noqa: E402
+import st_length  # noqa: E402
+
+
+def test_last_tenth_gain_reads_the_evaluation_at_or_before_nine_tenths() -> None:
+    steps, nll = [60, 120, 180, 240], [2.0, 1.5, 1.2, 1.19]
+    assert st_length.last_tenth_gain(steps, nll, 240) == pytest.approx((1.2 - 1.19) / 1.2)  # 0.9 * 240 = 216 -> 180
+    assert st_length.last_tenth_gain(steps, nll, 120) == pytest.approx((2.0 - 1.5) / 2.0)
+    assert st_length.last_tenth_gain(steps, nll, 60) is None and st_length.last_tenth_gain(steps, nll, 300) is None
+
+
+@pytest.mark.slow
+def test_curves_from_a_finished_draw(setting, tmp_path: Path) -> None:  # noqa: F811
+    params, prepared = setting
+    raw = yaml.safe_load(params.read_text())
+    raw["seeds"] = [1, 2]
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        asr_draws.main(["--draws", "1", "--params", str(params), "--prepared", str(prepared), "--workdir",
+                        str(tmp_path / "w"), "--out", str(tmp_path / "draws"), "--jobs", "1"], runner=in_process([]))
+        source = tmp_path / "w" / "params" / "seed1"
+        calls: list = []
+        result = st_length.main(["--max-updates", "4", "--eval-every", "2", "--params", str(params), "--source",
+                                 str(source), "--workdir", str(tmp_path / "len"), "--out", str(tmp_path / "out" / "len"),
+                                 "--jobs", "1"], runner=in_process(calls))
+    finally:
+        torch.set_num_threads(old)
+    assert sorted(c[0][0] for c in calls) == ["stages/train_baseline.py"] * 2 + ["stages/train_local.py"] * 2
+    folder = tmp_path / "len" / "4"
+    p = yaml.safe_load((folder / "params.yaml").read_text())
+    assert p["train_st"]["max_updates"] == 4 and p["train_st"]["eval_every"] == 2
+    # the local runs start from the draw's local ASR model and windows, copied
+    assert (folder / "runs/asr_local/en-de/model.pt").read_bytes() == (source / "runs/asr_local/en-de/model.pt").read_bytes()
+    rows = result["pairs"]["en-de"]["curve"]
+    assert [r["step"] for r in rows] == [2, 4]
+    nll = {s: [dict(asr_draws.read_curve(folder / f"plots/train/{s}/en-de/seed{k}/dev/nll.tsv", "nll"))[4] for k in (1, 2)]
+           for s in ("baseline", "local")}
+    d = rows[1]["nll"]["local_minus_baseline"]
+    assert d["mean"] == pytest.approx(round(sum(nll["local"]) / 2 - sum(nll["baseline"]) / 2, 4), abs=1e-4)
+    assert d["n"] == 2 and d["ci95_lo"] is not None
+    assert rows[1]["baseline_nll_last_tenth_gain"] is not None and rows[0]["baseline_nll_last_tenth_gain"] is None
+    saved = json.loads((tmp_path / "out" / "len.json").read_text())
+    assert saved["pairs"] == json.loads(json.dumps(result["pairs"]))
+    md = (tmp_path / "out" / "len.md").read_text()
+    assert "| 4 |" in md and "![local − baseline against ST updates](len.png)" in md
+    assert (tmp_path / "out" / "len.png").stat().st_size > 1000
+    with pytest.raises(SystemExit, match="en-fr: not in"):
+        st_length.main(["--max-updates", "4", "--eval-every", "2", "--params", str(params), "--pairs", "en-fr",
+                        "--workdir", str(tmp_path / "len3")], runner=in_process([]))
+    with pytest.raises(SystemExit, match="at least 2 seeds"):
+        st_length.main(["--max-updates", "4", "--eval-every", "2", "--params", str(params), "--seeds", "1",
+                        "--workdir", str(tmp_path / "len3")], runner=in_process([]))
+    with pytest.raises(SystemExit, match="missing"):
+        st_length.main(["--max-updates", "4", "--eval-every", "2", "--params", str(params), "--source",
+                        str(tmp_path / "nothing"), "--workdir", str(tmp_path / "len2")], runner=in_process([]))
