@@ -2,7 +2,7 @@
 
 `local.asr_pretraining` (params.yaml) decides what it is:
 
-- ``shared`` (default, as in the paper): the baseline's ASR model. runs/asr/<pair>/model.pt, its test
+- ``shared`` (default; one reading of the paper, docs/paper-vs-demo.md): the baseline's ASR model. runs/asr/<pair>/model.pt, its test
   decoded test set and curves are copied to runs/asr_local/<pair>/ (and its data/decoded/, plots/train/) and its metrics to
   metrics/asr_local/<pair>.json with ``"asr_pretraining": "shared"``. Takes a second; DVC's cache
   stores the identical model once.
