@@ -262,8 +262,8 @@ def collect_draw(folder: Path, pair: str, st_seed: int, seeds: Sequence[int], sy
     if band_file.is_file():
         band = _read(band_file)["rows"]
     else:  # a workspace draw: `make repro` runs the band test inside health_st, on Algorithm 1's windows only
-        band = {"full": st["band_test"]["full"], "w1": st["band_test"]["w1"],
-                "alg1": {"gap_recovered": st["summary"]["alg1_gap_recovered"]},
+        band = {"full": {"acc": st["summary"].get("acc_full")}, "w1": {"acc": st["summary"].get("acc_w1")},
+                "alg1": {"gap_recovered": st["summary"].get("alg1_gap_recovered")},
                 "uniform": {"gap_recovered": None}, "shuffled": {"gap_recovered": None}}
     wer = _read(folder / "metrics" / "asr" / f"{pair}.json").get("wer")
     runs: dict[str, dict] = {}
@@ -306,6 +306,10 @@ def _ci_dict(values: Sequence[float]) -> dict:
 
 def _fmt_ci(d: dict) -> str:
     return f"{d['mean']:+.2f}" + ("" if d["ci95"] is None else f" ± {d['ci95']:.2f}") + f" (n = {d['n']})"
+
+
+def _acc(v) -> str:
+    return "–" if v is None else f"{v:.1f}"
 
 
 def _pct(v) -> str:
@@ -378,7 +382,7 @@ def markdown(result: dict) -> str:
             arho = "–" if r["asr_rho"] is None else f"{r['asr_rho']:+.2f}"
             lines.append(f"| {seed} | {pair} | {' '.join(map(str, r['windows']))} | {rho} | "
                          f"{' '.join(map(str, r['asr_windows']))} | {arho} | {r['c_ii']:.3f} | {r['band2']:.2f} | "
-                         f"{r['asr_wer']:.2f} | {r['acc_full']:.1f} / {r['acc_w1']:.1f} | "
+                         f"{r['asr_wer']:.2f} | {_acc(r['acc_full'])} / {_acc(r['acc_w1'])} | "
                          f"{_pct(r['gap']['alg1'])} / {_pct(r['gap']['uniform'])} / {_pct(r['gap']['shuffled'])} |")
     lines.append("\n**The ASR model's dev WER (%) on the way** (greedy, every `train_asr.eval_every` updates):\n")
     lines += ["| draw | dev WER by update |", "|---|---|"]

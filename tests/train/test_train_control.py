@@ -64,6 +64,8 @@ def test_a_control_with_its_own_fork_starts_from_it(root: Path, monkeypatch: pyt
     # from local's ASR model (moved away here, so that reading it would fail)
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["controls"]["asr_systems"] = ["local_shuffled"]
+    params["local"]["asr_pretraining"] = "fork"  # a control's own fork follows local's fork rule
+    params["asr"]["fork_updates"] = max(1, params["asr"]["fork_updates"])
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     local_asr = RunPaths(root, "asr_local", "en-de").model
     fork = RunPaths(root, "controls_asr", variant="local_shuffled").model
