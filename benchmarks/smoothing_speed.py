@@ -186,9 +186,9 @@ def main() -> None:
     if decode:
         from lib.data.dataset import SpeechDataset
         from lib.decode.beam_search import BeamSearchConfig, translate_dataset
-        from lib.train import checkpoint as ckpt
+        from lib.model.checkpoint import read_model_state
 
-        state = ckpt.load(model_path)
+        state = read_model_state(model_path)
         base_cfg = state["model_config"]
         ds = SpeechDataset(prepared, "tst-COMMON", "st")
 

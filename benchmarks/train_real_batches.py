@@ -2,7 +2,7 @@
 before fused Adam and the measured `amp: auto`), fp32 with fused Adam, bf16 autocast with fused
 Adam (and, with `--compile`, fp32 + fused Adam under `torch.compile`), each row in its own
 process over the same batches in the same order; which row `amp: auto` picks on this machine
-(`lib.precision.resolve_train_amp`); then beam-5 decoding of tst-COMMON in fp32 and in bf16, each
+(`lib.train.precision.resolve_train_amp`); then beam-5 decoding of tst-COMMON in fp32 and in bf16, each
 in its own process. The ASR batches (`train_asr.max_frames`, CTC weight `train_asr.ctc_weight`)
 and the ST batches (`train_st.max_frames`) come from the prepared en-de training data; the demo
 model with params.yaml's `model.overrides`; SpecAugment off.
@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 from lib.data.dataset import SpeechDataset, first_batches  # noqa: E402
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config  # noqa: E402
 from lib.params import Params, TrainConfig, load_params  # noqa: E402
-from lib.precision import PROBE_BATCHES, autocast, resolve_amp, resolve_train_amp  # noqa: E402
+from lib.precision import autocast, resolve_amp  # noqa: E402
+from lib.train.precision import PROBE_BATCHES, resolve_train_amp  # noqa: E402
 from lib.train.loop import Criterion  # noqa: E402
 
 def pipeline_data(task: str, pair: str) -> tuple[Params, TrainConfig, SpeechDataset, ModelConfig]:
@@ -86,12 +87,10 @@ def one_row(task: str, pair: str, row: str, n: int, pad: tuple[int, int] = (64, 
 
 def one_decode(pair: str, amp: str) -> dict[str, float]:
     from lib.decode.beam_search import BeamSearchConfig, translate_dataset
-    from lib.train import checkpoint as ckpt
+    from lib.model.checkpoint import load_model
 
     p = load_params(ROOT / "params.yaml")
-    state = ckpt.load(ROOT / "runs/baseline" / pair / "seed1/model.pt")
-    model = S2TTransformer(ModelConfig.from_dict(state["model_config"])).eval()
-    model.load_state_dict(state["model"])
+    model, _ = load_model(ROOT / "runs/baseline" / pair / "seed1/model.pt")
     ds = SpeechDataset(ROOT / p.data.prepared_dir / pair, "tst-COMMON", "st")
     d = p.decode
     cfg = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)

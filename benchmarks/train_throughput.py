@@ -164,15 +164,12 @@ def main() -> None:
 
     from lib.data.dataset import SpeechDataset
     from lib.decode.beam_search import BeamSearchConfig, translate_dataset
-    from lib.train import checkpoint as ckpt
-    from lib.model.s2t_transformer import ModelConfig
+    from lib.model.checkpoint import load_model
 
     model_path = ROOT / "runs/baseline/en-de/seed1/model.pt"
     prepared = ROOT / "data/prepared/en-de"
     if model_path.is_file() and (prepared / "tst-COMMON.tsv").is_file():
-        state = ckpt.load(model_path)
-        model = S2TTransformer(ModelConfig.from_dict(state["model_config"]))
-        model.load_state_dict(state["model"])
+        model, _ = load_model(model_path)
         ds = SpeechDataset(prepared, "tst-COMMON", "st")
         times: dict[tuple[str, int], list[float]] = {}
         amps = list(dict.fromkeys(["none", default]))

@@ -203,7 +203,7 @@ class TrainConfig:
     # auto: fold on CUDA when the folded batch's estimated peak memory fits, else accumulate (on a CPU: accumulate)
     fold_update: str = "auto"  # auto | on | off
     # The peak lr of the attention variants' own parameters (head-selection logits, band-prior logits,
-    # predicted-gate vector and bias: lib.model.attention.VARIANT_PARAMETER_NAMES), one optimizer group
+    # predicted-gate vector and bias: lib.model.attention.VariantParameter), one optimizer group
     # outside encoder_lr_scale / encoder_layer_lr_decay and weight decay, on this run's lr schedule
     # (lib.train.loop.make_optimizer). Not a params.yaml key: the smoothing and multilingual runs set
     # it from smoothing.variant_lr / multi.head_selection.variant_lr. None: no such group.

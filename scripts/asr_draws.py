@@ -56,7 +56,7 @@ if str(SCRIPTS) not in sys.path:
 from health_draws import markdown as layer_markdown  # noqa: E402
 from health_draws import summarize_draws  # noqa: E402
 from lib.params import ParamError, load_params  # noqa: E402
-from lib.report.stats import Interval, interval, paired_interval  # noqa: E402
+from lib.stats import Interval, interval, paired_interval  # noqa: E402
 
 #: ``runner(argv, cwd)`` runs one stage script (argv[0] = stages/<name>.py) in the draw folder ``cwd``.
 Runner = Callable[[list[str], Path], None]

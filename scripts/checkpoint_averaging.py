@@ -36,11 +36,10 @@ from lib.data.dataset import SpeechDataset  # noqa: E402
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset  # noqa: E402
 from lib.decode.metrics import bleu, paired_bootstrap  # noqa: E402
 from lib.io import atomic_write_json, atomic_write_text  # noqa: E402
-from lib.model.config import ModelConfig  # noqa: E402
-from lib.model.s2t_transformer import S2TTransformer  # noqa: E402
+from lib.model.checkpoint import build_model, read_model_state  # noqa: E402
 from lib.params import load_params  # noqa: E402
 from lib.precision import resolve_amp  # noqa: E402
-from lib.train.checkpoint import average_state_dicts, load  # noqa: E402
+from lib.train.checkpoint import average_state_dicts  # noqa: E402
 from lib.train.run import auto_device  # noqa: E402
 
 SYSTEMS = ("baseline", "local")
@@ -85,10 +84,10 @@ def main() -> None:
         hyps: dict[tuple[str, int], list[str]] = {}
         for system in SYSTEMS:
             run = runs[system, seed]
-            mcfg = ModelConfig.from_dict(load(run / "model.pt")["model_config"])
+            mcfg = read_model_state(run / "model.pt")["model_config"]
             snaps = snapshots(run)
             for k in args.ks:
-                model = S2TTransformer(mcfg).to(device)
+                model = build_model(mcfg).to(device)
                 model.load_state_dict(average_state_dicts(snaps[-k:]))
                 model.eval()
                 hyps[system, k] = translate_dataset(model, test, d.batch_frames, cfg, device, progress=False, amp=amp)

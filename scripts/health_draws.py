@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lib.analysis.rank import spearman  # noqa: E402
+from lib.stats import spearman  # noqa: E402
 
 
 def experiment_ref(name: str) -> str:

@@ -1,6 +1,6 @@
 """Measure `amp: probe`'s training probe again, without reading or writing its cache: for each pair,
 the ST baseline model (or, with `--task asr`, the ASR model) timed in fp32 and bf16 on the run's
-first training batches exactly as a pipeline run's probe times them (`lib.precision.probe_step_times`:
+first training batches exactly as a pipeline run's probe times them (`lib.train.precision.probe_step_times`:
 each precision in its own process, bf16 on batches padded as a bf16 run pads them), `--repeats`
 times, and the choice the probe's rule would make.
 
@@ -27,8 +27,8 @@ from lib.data.dataset import SpeechDataset, first_batches  # noqa: E402
 from lib.model.s2t_transformer import model_config  # noqa: E402
 from lib.parallel import available_cores, threads_per_run  # noqa: E402
 from lib.params import load_params  # noqa: E402
-from lib.precision import (BF16_MIN_SPEEDUP, PROBE_BATCHES, PROBE_CONFIRM_BAND, baseline_model_config,  # noqa: E402
-                           probe_step_times, resolve_padding)
+from lib.train.precision import (BF16_MIN_SPEEDUP, PROBE_BATCHES, PROBE_CONFIRM_BAND, baseline_model_config,  # noqa: E402
+                                 probe_step_times, resolve_padding)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,14 @@ stages/ copied, params.yaml with ``train_st.max_updates`` and ``train_st.eval_ev
 prepared data, and copies of runs/asr/<pair>/model.pt, runs/asr_local/<pair>/model.pt and
 data/windows/<pair>/). The runs go ``parallel.jobs`` at a time, each resumable; finished runs are not
 redone (scripts/asr_draws.py's markers). Cost: 30 ST runs of ``--max-updates`` updates.
+
+``--extend-from K`` continues the finished runs of an earlier ``--max-updates K`` call instead of starting
+over: each run's ``last.pt`` (update K) and live logs are copied and the copy is restamped with the longer
+run's config fingerprint. By the same argument (the lr and the data order depend on the update alone), the
+continued run is the longer run: the loop's resume is exact on the same host. Runs the earlier call lacks
+start from scratch. Cost: 30 ST runs of ``--max-updates`` − K updates.
+
+    python scripts/st_length.py --max-updates 2160 --eval-every 60 --extend-from 1080
 """
 from __future__ import annotations
 
@@ -40,7 +48,7 @@ for path in (ROOT, ROOT / "scripts"):
 
 import asr_draws  # noqa: E402
 from lib.params import ParamError, load_params  # noqa: E402
-from lib.report.stats import interval, paired_interval  # noqa: E402
+from lib.stats import interval, paired_interval  # noqa: E402
 
 SYSTEMS = ("baseline", "local")
 
@@ -63,6 +71,32 @@ def prepare(folder: Path, params: dict, root: Path, pairs: Sequence[str], prepar
                 continue
             dst.parent.mkdir(parents=True, exist_ok=True)
             (shutil.copytree if src.is_dir() else shutil.copyfile)(src, dst)
+
+
+def extend(source: Path, folder: Path, system: str, pair: str, seed: int, max_updates: int, eval_every: int) -> bool:
+    """Seed ``folder``'s run from ``source``'s finished shorter run (module docstring): copy its checkpoints
+    and live logs, restamp ``last.pt`` with the longer config's fingerprint. False when there is nothing
+    to extend (no finished run in ``source``) or the run in ``folder`` has already started."""
+    from lib.layout import RunPaths
+    from lib.train import checkpoint as ckpt
+
+    src, dst = RunPaths(source, system, pair, seed), RunPaths(folder, system, pair, seed)
+    last = src.checkpoints / "last.pt"
+    if not (src.model.exists() and last.exists()) or (dst.checkpoints / "last.pt").exists() or dst.model.exists():
+        return False
+    state = ckpt.load(last)
+    train = state["config"]["train"]
+    if train["eval_every"] != eval_every:
+        sys.exit(f"error: --extend-from: {last} was evaluated every {train['eval_every']} updates, not {eval_every}")
+    if train["max_updates"] >= max_updates:
+        sys.exit(f"error: --extend-from: {last} already ran {train['max_updates']} >= {max_updates} updates")
+    train["max_updates"] = max_updates
+    state["fingerprint"] = ckpt.fingerprint(state["config"])
+    shutil.copytree(src.checkpoints, dst.checkpoints, dirs_exist_ok=True)
+    if src.live.exists():
+        shutil.copytree(src.live, dst.live, dirs_exist_ok=True)
+    ckpt.save(dst.checkpoints / "last.pt", state)
+    return True
 
 
 def curves(folder: Path, system: str, pair: str, seeds: Sequence[int]) -> dict[str, list[list[float]]]:
@@ -191,6 +225,8 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
     ap.add_argument("--jobs", type=int, help="runs side by side (default: parallel.jobs resolved)")
     ap.add_argument("--pairs", nargs="+", help="language pairs (default: the params' pairs)")
     ap.add_argument("--seeds", type=int, nargs="+", help="ST seeds (default: the params' seeds)")
+    ap.add_argument("--extend-from", type=int, metavar="K",
+                    help="continue the finished runs of an earlier --max-updates K call (module docstring)")
     args = ap.parse_args(argv)
     if args.eval_every < 1 or args.max_updates < args.eval_every:
         ap.error("need 1 <= --eval-every <= --max-updates")
@@ -217,6 +253,13 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
         prepare(folder, raw, args.source, pairs, args.source / p.data.prepared_dir, p.data.prepared_dir)
     except FileNotFoundError as e:
         sys.exit(f"error: {e}")
+    if args.extend_from is not None:
+        source = args.workdir / str(args.extend_from)
+        if args.extend_from >= args.max_updates or not source.is_dir():
+            sys.exit(f"error: --extend-from {args.extend_from}: need an earlier, shorter call's folder {source}")
+        n = sum(extend(source, folder, system, pair, seed, args.max_updates, args.eval_every)
+                for seed in seeds for pair in pairs for system in SYSTEMS)
+        print(f"extending {n} runs from {source}", flush=True)
     if args.jobs is None:
         from lib.parallel import resolve_jobs
 
@@ -231,6 +274,8 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
         cmd += " --pairs " + " ".join(pairs)
     if args.seeds:
         cmd += " --seeds " + " ".join(map(str, seeds))
+    if args.extend_from is not None:
+        cmd += f" --extend-from {args.extend_from}"
     result = {"command": cmd, "max_updates": args.max_updates, "eval_every": args.eval_every, "seeds": seeds,
               "cpu": asr_draws.cpu_name(), "cores": asr_draws.os.cpu_count(),
               "pairs": summarize(folder, pairs, seeds)}

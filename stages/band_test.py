@@ -22,8 +22,8 @@ from lib import layout
 from lib.analysis.health import band_test_stage
 from lib.layout import RunPaths
 from lib.parallel import share_cores
-from lib.report.band_plot import plot_band_test
-from lib.train.run import local_encoder_attention
+from lib.analysis.band_plot import plot_band_test
+from lib.train.experiments import local_encoder_attention
 
 
 def main() -> None:

@@ -25,9 +25,10 @@ import sys
 from _common import ROOT, run_stage, stage_params
 
 from lib.parallel import share_cores
-from lib.train.loop import init_distributed
-from lib.train.run import (adopt_shared_asr, asr_fork_at, run, spec_from_params, write_no_fork,
-                           write_unused_shared_asr)
+from lib.train.distributed import init_distributed
+from lib.train.run import run
+from lib.train.experiments import (adopt_shared_asr, asr_fork_at, spec_from_params, write_no_fork,
+                                   write_unused_shared_asr)
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 control retrains under the same ASR fork rule as `local`: the shared English ASR training
 (runs/asr_shared/fork.pt, `asr.fork_updates` updates before its end) finished with the control's windows,
 per layer the widest of every pair's control windows, as `train_asr_local_shared` finishes it with
-Algorithm 1's (lib.train.run.control_fork_spec_from_params). Each pair's `train_control` run then
+Algorithm 1's (lib.train.experiments.control_fork_spec_from_params). Each pair's `train_control` run then
 starts from it and narrows the windows to its own. Resumable like train_asr.
 
     python stages/train_asr_control.py local_uniform
@@ -17,8 +17,9 @@ from _common import ROOT, run_stage, stage_params
 
 from lib.io import atomic_write_json
 from lib.model.spec import CONTROL_SYSTEMS
-from lib.train.loop import init_distributed
-from lib.train.run import asr_fork_at, control_fork_attention, control_fork_spec_from_params, load_fork_state, run
+from lib.train.distributed import init_distributed
+from lib.train.run import load_fork_state, run
+from lib.train.experiments import asr_fork_at, control_fork_attention, control_fork_spec_from_params
 
 
 def main() -> None:

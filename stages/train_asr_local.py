@@ -10,7 +10,7 @@
   its state ``asr.fork_updates`` updates before the end (runs/asr/<pair>/fork.pt, written by
   train_asr) to its last update with the local-attention spec of `train_local`: same data, batches,
   schedule, optimizer state and precision, so the two ASR models differ in the attention of those
-  last updates only (lib.train.run.asr_fork_spec_from_params). Resumable like `train_asr`.
+  last updates only (lib.train.experiments.asr_fork_spec_from_params). Resumable like `train_asr`.
 - ``local``: ASR pretraining with the local-attention spec of `train_local` (layers
   1..analysis.full_layers full, the others with the select_windows / `local.windows` windows), the
   `train_asr` hyperparameters otherwise, resumable like `train_asr`. Then both the ASR encoder and
@@ -39,10 +39,12 @@ from lib.io import atomic_write_json
 from lib.layout import RunPaths
 from lib.parallel import share_cores
 from lib.params import Params
-from lib.train.loop import init_distributed
-from lib.train.run import (adopt_shared_asr, asr_fork_at, asr_fork_spec_from_params, load_fork_state,
-                           local_encoder_attention, run, share_asr_run, shared_fork_attention,
-                           shared_fork_spec_from_params, spec_from_params, uses_shared_fork, write_unused_shared_asr)
+from lib.train.distributed import init_distributed
+from lib.train.run import load_fork_state, run
+from lib.train.experiments import (adopt_shared_asr, asr_fork_at, asr_fork_spec_from_params,
+                                   local_encoder_attention, share_asr_run, shared_fork_attention,
+                                   shared_fork_spec_from_params, spec_from_params, uses_shared_fork,
+                                   write_unused_shared_asr)
 
 
 def main() -> None:

@@ -14,8 +14,9 @@ import sys
 
 from _common import ROOT, run_stage, stage_params
 
-from lib.train.loop import init_distributed
-from lib.train.run import run, smoothing_spec_from_params
+from lib.train.distributed import init_distributed
+from lib.train.run import run
+from lib.train.experiments import smoothing_spec_from_params
 
 
 def main() -> None:

@@ -10,8 +10,9 @@ import json
 
 from _common import ROOT, run_stage, stage_params
 
-from lib.train.loop import init_distributed
-from lib.train.run import run, spec_from_params
+from lib.train.distributed import init_distributed
+from lib.train.run import run
+from lib.train.experiments import spec_from_params
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ seed: ST with local attention in layers k+1..L like `train_local`, but with the 
 - ``local_shuffled``: Algorithm 1's windows permuted across the local layers with `controls.shuffle_seed`.
 
 Everything else is `train_local`'s: the same `train_st` settings and seed, decoding and metrics. The
-ASR model (lib.train.run.control_asr_model): with the control in `controls.asr_systems`, its own fork
+ASR model (lib.train.experiments.control_asr_model): with the control in `controls.asr_systems`, its own fork
 (stage `train_asr_control`: local's fork rule with the control's windows), so that the comparison with
 `local` differs in the windows only; otherwise the local system's runs/asr_local/<pair>/model.pt, which
 costs no ASR updates but was finished with Algorithm 1's windows (with `local.fork: shared` the widest
@@ -27,8 +27,9 @@ from _common import ROOT, run_stage, stage_params
 from lib.io import atomic_write_json
 from lib.layout import RunPaths
 from lib.model.spec import CONTROL_SYSTEMS, control_attention_spec
-from lib.train.loop import init_distributed
-from lib.train.run import control_asr_model, local_encoder_attention, run, spec_from_params
+from lib.train.distributed import init_distributed
+from lib.train.run import run
+from lib.train.experiments import control_asr_model, local_encoder_attention, spec_from_params
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import sys
 
 from _common import ROOT, run_stage, stage_params
 
-from lib.train.loop import init_distributed
+from lib.train.distributed import init_distributed
 from lib.train.multi import run_multi
 
 

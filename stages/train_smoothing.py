@@ -16,13 +16,14 @@ import sys
 
 from _common import ROOT, run_stage, stage_params
 
-from lib.analysis.extract import load_model
+from lib.model.checkpoint import load_model
 from lib.analysis.peakiness import PEAKINESS_SENTENCES, attention_peakiness
 from lib.data.dataset import SpeechDataset
 from lib.io import atomic_write_json
 from lib.layout import TEST_SPLIT, RunPaths
-from lib.train.loop import init_distributed
-from lib.train.run import auto_device, run, smoothing_spec_from_params
+from lib.train.distributed import init_distributed
+from lib.train.run import auto_device, run
+from lib.train.experiments import smoothing_spec_from_params
 
 
 def main() -> None:

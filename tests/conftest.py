@@ -6,7 +6,7 @@ import tempfile
 
 
 def pytest_configure(config) -> None:
-    # Machine-level measurements (lib/precision.py's `amp: auto` probe) go to a fresh folder per
+    # Machine-level measurements (lib/train/precision.py's `amp: probe` probe) go to a fresh folder per
     # test session, inherited by the `dvc repro` subprocesses: the suite neither reads nor
     # writes the user's ~/.cache/locality-st, and every run of one session sees the same answer.
     os.environ["LOCALITY_ST_CACHE"] = tempfile.mkdtemp(prefix="locality-st-cache-")

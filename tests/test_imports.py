@@ -3,14 +3,21 @@ inside functions, which run when the function does), is acyclic. Read with ``ast
 imported, so no torch."""
 from __future__ import annotations
 
+import ast
 from pathlib import Path
+
+import pytest
 
 from tests.dvc_graph import REPO, _imports
 
 
 def _graph() -> dict[Path, set[Path]]:
     lib = REPO / "lib"
-    return {f: {g for g in _imports(f, REPO)[0] if lib in g.parents and g != f} for f in lib.rglob("*.py")}
+    # A module inside a package "imports" the package's __init__.py on the way (Python runs it first);
+    # that edge is no circle: by then the __init__ is already running or done.
+    return {f: {g for g in _imports(f, REPO)[0]
+                if lib in g.parents and g != f and not (g.name == "__init__.py" and g.parent in f.parents)}
+            for f in lib.rglob("*.py")}
 
 
 def _cycle(graph: dict[Path, set[Path]]) -> list[Path] | None:
@@ -44,3 +51,77 @@ def test_the_cycle_finder_finds_a_circle() -> None:
     a, b, c = Path("a"), Path("b"), Path("c")
     assert _cycle({a: {b}, b: {c}, c: {a}}) == [a, b, c, a]
     assert _cycle({a: {b}, b: {c}, c: set()}) is None
+
+
+# ----------------------------------------------------------------------------- layers
+
+#: lib/ in layers, lowest first (docs/architecture.md draws the same picture): a module imports only
+#: from its own layer or the layers below. A file entry wins over its folder's entry. Glue (stages/,
+#: scripts/, benchmarks/) sits above every layer.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("foundation", ["lib/__init__.py", "lib/io.py", "lib/layout.py", "lib/pool.py", "lib/parallel.py",
+                    "lib/paper.py", "lib/stats.py", "lib/model/config.py", "lib/model/spec.py"]),
+    ("params", ["lib/params.py", "lib/precision.py"]),
+    ("model, data, corpus", ["lib/model/", "lib/data/", "lib/corpus/"]),
+    ("decode", ["lib/decode/"]),
+    ("train", ["lib/train/"]),
+    ("analysis", ["lib/analysis/"]),
+    ("report", ["lib/report/"]),
+]
+
+
+def layer_of(rel: str, layers: list[tuple[str, list[str]]] = LAYERS) -> int:
+    """The index of the layer ``rel`` (a path under the repository) belongs to."""
+    for i, (_, entries) in enumerate(layers):
+        if rel in entries:
+            return i
+    best = (-1, -1)
+    for i, (_, entries) in enumerate(layers):
+        for entry in entries:
+            if entry.endswith("/") and rel.startswith(entry) and len(entry) > best[1]:
+                best = (i, len(entry))
+    if best[0] < 0:
+        raise AssertionError(f"{rel}: in no layer of tests/test_imports.py's LAYERS (add it, and to docs/architecture.md)")
+    return best[0]
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[tuple[str, list[str]]] = LAYERS) -> list[str]:
+    """Every import of ``graph`` (relative paths) that runs from a layer to a higher one."""
+    out = []
+    for src, targets in sorted(graph.items()):
+        for dst in sorted(targets):
+            if layer_of(dst, layers) > layer_of(src, layers):
+                out.append(f"{src} ({layers[layer_of(src, layers)][0]}) imports {dst} "
+                           f"({layers[layer_of(dst, layers)][0]})")
+    return out
+
+
+def _docstring_only(path: Path) -> bool:
+    """A package ``__init__.py`` with nothing but a docstring: importing it imports nothing."""
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body)
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    graph = {f.relative_to(REPO).as_posix(): {g.relative_to(REPO).as_posix() for g in targets
+                                              if not (g.name == "__init__.py" and _docstring_only(g))}
+             for f, targets in _graph().items()}
+    assert not upward_imports(graph), "imports that run up a layer:\n" + "\n".join(upward_imports(graph))
+
+
+def test_the_layer_check_finds_an_upward_import() -> None:
+    graph = {"lib/analysis/extract.py": {"lib/train/checkpoint.py", "lib/model/checkpoint.py"},
+             "lib/params.py": {"lib/model/config.py"}, "lib/precision.py": {"lib/train/criterion.py"}}
+    assert upward_imports(graph) == [
+        "lib/precision.py (params) imports lib/train/criterion.py (train)"]
+    assert layer_of("lib/model/spec.py") == 0 and layer_of("lib/model/attention/base.py") == 2
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer_of("lib/new_package/thing.py")
+
+
+def test_architecture_doc_names_every_layer() -> None:
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for name, entries in LAYERS:
+        for entry in entries:
+            if entry != "lib/__init__.py":
+                assert entry.removeprefix("lib/") in doc, f"docs/architecture.md does not place {entry} ({name})"

@@ -36,7 +36,7 @@ def test_a_bad_jobs_value_names_the_key(tmp_path: Path, bad: object) -> None:
 
 
 def test_per_pair_and_per_seed_runs_share_the_cores_the_shared_model_keeps_them(monkeypatch) -> None:
-    from lib.train.run import spec_from_params
+    from lib.train.experiments import spec_from_params
 
     monkeypatch.setattr(parallel, "available_cores", lambda: 2)
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)

@@ -15,7 +15,7 @@ module supplies those tensors from a real model, without re-implementing any par
 * LN weight/bias/eps, ``W_V, b_V`` (``self_attn.v_proj``) and ``W_O, b_O`` (``self_attn.out_proj``)
   are the modules' parameters, in ``torch.nn.Linear`` convention ((out, in) weights).
 
-Entry points: :func:`load_model` (a ``model.pt`` written by training), :func:`layer_tensors`
+Entry points (a model comes from lib/model/checkpoint.py's ``load_model``): :func:`layer_tensors`
 (all layers' tensors of one utterance), :func:`contribution_matrices` (C of every layer),
 :func:`iter_contribution_matrices` (one layer at a time, for streaming), and
 :func:`save_transparency_npz` (the raw tensors and C of one utterance as a plain ``.npz`` that
@@ -33,8 +33,7 @@ import torch
 from torch import Tensor
 
 from lib.analysis.contributions import contribution_vectors, contributions
-from lib.model.s2t_transformer import ModelConfig, S2TTransformer
-from lib.train import checkpoint as ckpt
+from lib.model.s2t_transformer import S2TTransformer
 
 __all__ = [
     "LayerTensors",
@@ -45,7 +44,6 @@ __all__ = [
     "iter_contribution_matrices",
     "layer_contributions",
     "layer_tensors",
-    "load_model",
     "save_transparency_npz",
 ]
 
@@ -93,29 +91,6 @@ class UtteranceTensors:
     @property
     def n_tokens(self) -> int:
         return int(self.layers[0].x.shape[0]) if self.layers else 0
-
-
-def load_model(path: str | Path, *, producer: str | None = None, device: str | torch.device = "cpu"
-               ) -> tuple[S2TTransformer, dict]:
-    """Load a ``model.pt`` written by training (``{"model", "model_config", "task", "pair", ...}``)
-    into an :class:`S2TTransformer` in eval mode. Returns ``(model, meta)`` (the checkpoint's other
-    entries). A missing file raises FileNotFoundError naming the file and, when given, the stage
-    that produces it (``producer``, e.g. ``"train_asr"``)."""
-    path = Path(path)
-    if not path.is_file():
-        hint = f" (produced by the `{producer}` stage: run `dvc repro {producer}` first)" if producer else ""
-        raise FileNotFoundError(f"{path}: model checkpoint not found{hint}")
-    state = ckpt.load(path)
-    for key in ("model", "model_config"):
-        if key not in state:
-            raise ValueError(f"{path}: not a model checkpoint (no {key!r} entry; keys: {sorted(state)})")
-    cfg = ModelConfig.from_dict(state["model_config"])
-    model = S2TTransformer(cfg)
-    model.load_state_dict(state["model"])
-    model.to(device).eval()
-    meta = {k: v for k, v in state.items() if k not in ("model", "model_config")}
-    meta["model_config"] = cfg.to_dict()
-    return model, meta
 
 
 def _check_standard_attention(model: S2TTransformer) -> None:

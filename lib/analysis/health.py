@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from lib.analysis.extract import layer_contributions, layer_tensors
-from lib.analysis.rank import spearman
+from lib.stats import spearman
 from lib.params import AnalysisParams, HealthParams
 from lib.analysis.windows import diagonal_means, select_window, window_from_lengths
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer
@@ -378,11 +378,11 @@ def health_stage(model_path: Any, prepared: Any, role: str, pair: str, *, ap: An
     import json
     from pathlib import Path
 
-    from lib.analysis.extract import load_model
+    from lib.model.checkpoint import load_model
     from lib.analysis.pipeline import choose_samples
     from lib.data.dataset import SpeechDataset
     from lib.io import atomic_write_json
-    from lib.report.health_plots import plot_health
+    from lib.analysis.health_plots import plot_health
 
     prepared = Path(prepared)
     for split in (ap.window_split, hp.band_split):
@@ -423,10 +423,10 @@ def band_test_stage(model_path: Any, prepared: Any, pair: str, seed: int, *, alg
     """What the band_test stage does for one pair and seed: :func:`band_test_table` of the ST model at
     ``model_path`` on every sentence of ``health.band_split`` (teacher-forced, as health_st's band test),
     with ``algorithm1`` (the local system's windows, named by ``windows_from``) and the ``health.band_windows``.
-    Writes the table (``metrics_path``; its figure is lib.report.band_plot's) and returns it."""
+    Writes the table (``metrics_path``; its figure is lib.analysis.band_plot's) and returns it."""
     from pathlib import Path
 
-    from lib.analysis.extract import load_model
+    from lib.model.checkpoint import load_model
     from lib.data.dataset import PAD_ID, SpeechDataset, batch_by_frames, collate
     from lib.io import atomic_write_json
 

@@ -48,7 +48,8 @@ import torch
 from tqdm import tqdm
 
 from lib.analysis.contributions import VALUE_BIAS_MODES
-from lib.analysis.extract import layer_contributions, layer_tensors, load_model, save_transparency_npz
+from lib.analysis.extract import layer_contributions, layer_tensors, save_transparency_npz
+from lib.model.checkpoint import load_model
 from lib.analysis.windows import ccd, diagonal_means, diagonality_curve, select_window, window_table
 from lib.data.dataset import SpeechDataset
 from lib.data.store import read_features
@@ -186,7 +187,7 @@ def encoder_attention_specs(table: Sequence[dict]) -> list[dict]:
 
 def analyze_pair(paths: PairPaths, ap: AnalysisParams, *, progress: bool = True) -> dict:
     """Run the analysis of one pair (see the module docstring); returns the metrics dict."""
-    from lib.report import analysis_plots as plots  # matplotlib only when plotting
+    from lib.analysis import plots  # matplotlib only when plotting
 
     ds = _dataset(paths.prepared, ap.split)
     idx = choose_samples(len(ds), ap.samples, ap.seed)
@@ -303,7 +304,7 @@ def _window_settings(ap: AnalysisParams) -> dict[str, Any]:
 
 def select_windows_pair(paths: PairPaths, ap: AnalysisParams, *, progress: bool = True) -> dict:
     """Algorithm 1 over ``window_samples`` sentences with the ST baseline; returns windows.json's dict."""
-    from lib.report import analysis_plots as plots
+    from lib.analysis import plots
 
     ds = _dataset(paths.prepared, ap.window_split)
     idx = choose_samples(len(ds), ap.window_samples, ap.seed)

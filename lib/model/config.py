@@ -275,7 +275,7 @@ def smoothing_options(
 
 # ----------------------------------------------------------------------------------------
 # Attention head selection options (docs/variants.md), shared by the attention modules
-# (lib.model.attention.HeadSelectionAttention, lib.model.s2t_transformer.HeadSelectionMultiheadAttention),
+# (lib.model.attention.HeadSelectionAttention, lib.model.attention.head_selection.HeadSelectionMultiheadAttention),
 # the decoder spec below and the params-level builder (lib.model.spec.head_selection_spec).
 
 HEAD_SELECTION_STRATEGIES = ("subset", "group")

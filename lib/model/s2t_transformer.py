@@ -6,7 +6,7 @@ of Attention in Direct Speech Translation", Section 2 + Appendix B:
     feats (B, T, 80)
       -> Conv1d subsampler: 2 x [Conv1d(k=5, stride=2) + GLU]        (T -> ~T/4)
       -> * sqrt(d) + sinusoidal positions -> dropout
-      -> 12 pre-LN encoder layers (self-attention is pluggable, see attention.py)
+      -> 12 pre-LN encoder layers (self-attention is pluggable, see lib/model/attention/)
       -> final LayerNorm                                              = encoder output
     prev_tokens (B, L)
       -> token embedding * sqrt(d) + sinusoidal positions -> dropout
@@ -35,29 +35,18 @@ Conventions
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lib.model.attention import (
-    AttentionOutput,
-    HeadSelection,
-    SelfAttention,
-    build_attention,
-    explicit_on_cpu,
-    gate_bias_init,
-    gather_heads,
-    mask_bias,
-    predicted_gate,
-    uniform_prior,
-)
+from lib.model.attention import HeadSelection, SelfAttention, build_attention
+from lib.model.attention.decoder import build_decoder_attention
 from lib.model.config import MODEL_SIZES, SUBSAMPLER_NORMS, ModelConfig, model_config  # noqa: F401 (re-exported)
-from lib.model.config import smoothing_options
-from lib.model.dropout import Dropout, dropout
+from lib.model.dropout import Dropout
 from lib.model.local_attention import Packing, attention_path, flash_supported
 
 __all__ = [
@@ -66,15 +55,10 @@ __all__ = [
     "DecoderLayer",
     "EncoderLayer",
     "EncoderOutput",
-    "HeadSelectionMultiheadAttention",
-    "LoadReport",
     "ModelConfig",
-    "MultiheadAttention",
     "S2TTransformer",
     "S2TTransformerDecoder",
     "S2TTransformerEncoder",
-    "SmoothedMultiheadAttention",
-    "build_decoder_attention",
     "model_config",
     "subsampled_lengths",
 ]
@@ -362,327 +346,6 @@ class S2TTransformerEncoder(nn.Module):
 # ----------------------------------------------------------------------------------------
 
 
-class MultiheadAttention(nn.Module):
-    """Plain MHA for the decoder (self- and cross-attention) with an incremental cache.
-
-    ``cache`` (a dict owned by the caller, filled in place):
-      self-attention:  "k", "v" (B, H, t, dh) grow by one step per call; "pad" (B, t) bool.
-      cross-attention: "k", "v" (B, H, S, dh) computed once from the encoder output.
-
-    ``forward`` returns an :class:`AttentionOutput` whose ``weights`` / ``carry`` (B, H, L, S) are
-    computed only with ``need_weights`` (the next decoder layer smooths with this one's weights,
-    docs/variants.md); otherwise the fused SDPA path runs as before.
-    """
-
-    #: When True, the decoder passes the previous layer's carry (same kind: self or cross) as ``prev_attn``.
-    needs_prev_attn: bool = False
-
-    def __init__(self, d_model: int, n_heads: int, dropout: float, *, proj_heads: int | None = None) -> None:
-        """``proj_heads``: heads produced by q/k/v_proj (default H); only head selection projects
-        H' > H candidates (``out_proj`` always merges H heads)."""
-        super().__init__()
-        self.n_heads = n_heads
-        self.head_dim = d_model // n_heads
-        self.dropout = dropout
-        proj_dim = d_model if proj_heads is None else proj_heads * self.head_dim
-        self.q_proj = nn.Linear(d_model, proj_dim)
-        self.k_proj = nn.Linear(d_model, proj_dim)
-        self.v_proj = nn.Linear(d_model, proj_dim)
-        self.out_proj = nn.Linear(d_model, d_model)
-        for proj in (self.q_proj, self.k_proj, self.v_proj):
-            nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
-        nn.init.xavier_uniform_(self.out_proj.weight)
-        nn.init.zeros_(self.out_proj.bias)
-
-    def _split(self, t: Tensor, heads: int | None = None) -> Tensor:
-        """(B, N, heads * dh) -> (B, heads, N, dh); ``heads`` defaults to H."""
-        B, N, _ = t.shape
-        return t.view(B, N, self.n_heads if heads is None else heads, self.head_dim).transpose(1, 2)
-
-    def _project(
-        self,
-        query: Tensor,
-        memory: Tensor | None,
-        key_padding_mask: Tensor | None,
-        causal: bool,
-        cache: dict[str, Tensor] | None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """q (B, H, L, dh), k and v (B, H, S, dh) with the cache applied, and the (B, 1, L, S) bool
-        mask of forbidden keys (padding, and the future when ``causal``)."""
-        q = self._split(self.q_proj(query))
-        if memory is None:  # self-attention
-            k, v = self._split(self.k_proj(query)), self._split(self.v_proj(query))
-            k, v, key_padding_mask = self._extend_cache(k, v, key_padding_mask, cache)
-        else:  # cross-attention
-            if cache is not None and "k" in cache:
-                k, v = cache["k"], cache["v"]
-            else:
-                k, v = self._split(self.k_proj(memory)), self._split(self.v_proj(memory))
-                if cache is not None:
-                    k, v = self._cache_form(k), self._cache_form(v)
-                    cache["k"], cache["v"] = k, v
-        return q, k, v, self._forbidden(q, k, key_padding_mask, causal)
-
-    @staticmethod
-    def _extend_cache(k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
-                      cache: dict[str, Tensor] | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention: prepend the cached keys / values / padding of the earlier steps to this
-        call's (B, H, L, dh) and store the result in ``cache`` (when given). Returns k, v (B, H, t, dh)
-        and the (B, t) key padding mask."""
-        B, L = k.shape[0], k.shape[2]
-        if key_padding_mask is None:
-            key_padding_mask = torch.zeros(B, L, dtype=torch.bool, device=k.device)
-        if cache is not None:
-            k, v = MultiheadAttention._cache_form(k), MultiheadAttention._cache_form(v)
-            if "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)
-                v = torch.cat([cache["v"], v], dim=2)
-                key_padding_mask = torch.cat([cache["pad"], key_padding_mask], dim=1)
-            cache["k"], cache["v"], cache["pad"] = k, v, key_padding_mask
-        return k, v, key_padding_mask
-
-    @staticmethod
-    def _cache_form(t: Tensor) -> Tensor:
-        """A key / value tensor as the incremental cache keeps it: contiguous, or every decoding
-        step's q @ k^T would copy all of k (the split heads are a transposed view)."""
-        return t.contiguous()
-
-    @staticmethod
-    def _forbidden(q: Tensor, k: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
-        """(B, 1, L, S) bool mask of the keys query i may not see: padding, and the future when
-        ``causal`` (query i sits at absolute position S - L + i)."""
-        B, L, S = q.size(0), q.size(2), k.size(2)
-        mask = torch.zeros(B, 1, L, S, dtype=torch.bool, device=q.device)
-        if key_padding_mask is not None:
-            mask = mask | key_padding_mask[:, None, None, :]
-        if causal:  # query i (absolute position S - L + i) sees keys <= its position
-            qpos = torch.arange(S - L, S, device=q.device)[:, None]
-            mask = mask | (torch.arange(S, device=q.device)[None, :] > qpos)
-        return mask
-
-    def _merge(self, ctx: Tensor) -> Tensor:
-        """(B, H, L, dh) -> out_proj of the merged heads (B, L, d)."""
-        B, H, L, dh = ctx.shape
-        return self.out_proj(ctx.transpose(1, 2).reshape(B, L, H * dh))
-
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
-        """Plain attention core: ctx (B, H, L, dh) and, with ``need_weights``, the pre-dropout
-        weights (B, H, L, S); the fused SDPA path otherwise."""
-        if need_weights or (q.device.type == "cpu" and (self.training and self.dropout > 0 or explicit_on_cpu(q))):
-            # explicit weights; on CPU in training also the fast dropout mask (SDPA would fall back
-            # to its math path with torch's slow CPU Bernoulli mask, lib.model.dropout); on CPU in
-            # eval where SDPA's CPU kernel is the slower one (lib.model.attention.explicit_on_cpu)
-            w = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5 + mask_bias(mask, q.dtype), -1)
-            ctx = torch.matmul(dropout(w, self.dropout, self.training), v)
-        else:
-            w = None
-            ctx = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=mask_bias(mask, q.dtype),
-                dropout_p=self.dropout if self.training else 0.0,
-            )
-        return ctx, (w if need_weights else None)
-
-    def forward(
-        self,
-        query: Tensor,
-        memory: Tensor | None,
-        *,
-        key_padding_mask: Tensor | None = None,
-        causal: bool = False,
-        cache: dict[str, Tensor] | None = None,
-        prev_attn: Tensor | None = None,
-        task: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        """query (B, L, d); memory (B, S, d) for cross-attention or None for self-attention.
-
-        key_padding_mask: (B, S) for cross-attention, (B, L) (the new steps) for self-attention.
-        prev_attn: unused here (variants that smooth with the layer below take it).
-        task: (B,) task ids, unused here (head selection takes them).
-        """
-        q, k, v, mask = self._project(query, memory, key_padding_mask, causal, cache)
-        ctx, w = self._attend(q, k, v, mask, need_weights)
-        return AttentionOutput(out=self._merge(ctx), weights=w, carry=w)
-
-
-class SmoothedMultiheadAttention(MultiheadAttention):
-    """Decoder attention smoothed with a prior (Maekaku et al.; docs/variants.md):
-    A' = (1 - γ) A + γ P, ctx = dropout(A') V, the math of
-    :class:`lib.model.attention.SmoothedAttention` on the decoder's keys.
-
-    * self-attention, ``uniform``: P[i, j] = 1 / (i + 1) over the causal prefix (its non-pad keys);
-      cross-attention, ``uniform``: P[b, i, j] = m_b[j] / T_b over the encoder frames (relaxed
-      attention, Lohrenz et al.; with ``train_only`` as in their code, but the valid T_b, A1).
-    * ``prev``: the previous decoder layer's carry of the same kind and the same query rows (raw A
-      for non-recursive, A' for recursive), so incremental decoding needs no extra cache: at each
-      step the layer below has just computed the same (B, H, 1, S) row.
-    * ``gamma: predicted``: g = σ(q_{b,h,i} · c_h + b_h) with ``gate_vector`` c (H · dh,), zeros at
-      init, and ``gate_bias`` b (H,) at logit(``gate_init``): g starts at ``gate_init`` (default γ = 0.1).
-    The band prior is encoder-only (the paper defines B for T x T self-attention). Layer 1 with the
-    prev prior is refused by the config (no layer below); at run time a missing ``prev_attn`` is a
-    ValueError. Always the explicit-weights path, except ``train_only`` at inference, which runs the
-    plain module's code.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        dropout: float,
-        *,
-        prior: str,
-        gamma: float | str = 0.1,
-        recursive: bool = False,
-        train_only: bool = False,
-        gate_init: float | None = None,
-    ) -> None:
-        super().__init__(d_model, n_heads, dropout)
-        if prior == "band":
-            raise ValueError("decoder smoothing: the band prior is defined for encoder self-attention only")
-        opts = smoothing_options(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only,
-                                 gate_init=gate_init, key="smooth")
-        self.prior: str = opts["prior"]
-        self.gamma: float | str = opts["gamma"]
-        self.recursive: bool = opts["recursive"]
-        self.train_only: bool = opts["train_only"]
-        self.needs_prev_attn = self.prior == "prev"  # per instance (docs/variants.md)
-        self.gate_init: float | None = opts["gate_init"]
-        self.gate_vector = nn.Parameter(torch.zeros(d_model)) if self.gamma == "predicted" else None
-        self.gate_bias = nn.Parameter(gate_bias_init(n_heads, self.gate_init)) if self.gamma == "predicted" else None
-
-    def forward(
-        self,
-        query: Tensor,
-        memory: Tensor | None,
-        *,
-        key_padding_mask: Tensor | None = None,
-        causal: bool = False,
-        cache: dict[str, Tensor] | None = None,
-        prev_attn: Tensor | None = None,
-        task: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        if self.train_only and not self.training:  # relaxed attention at inference: the plain module
-            return super().forward(query, memory, key_padding_mask=key_padding_mask, causal=causal, cache=cache,
-                                   need_weights=need_weights)
-        q, k, v, mask = self._project(query, memory, key_padding_mask, causal, cache)  # mask (B, 1, L, S)
-        scores = torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5  # (B, H, L, S)
-        raw = torch.softmax(scores + mask_bias(mask, q.dtype), -1).masked_fill(mask, 0.0)  # A
-        if self.prior == "uniform":
-            prior = uniform_prior(~mask, raw.dtype)  # (B, 1, L, S)
-        elif prev_attn is None:
-            raise ValueError("smooth (prior: prev) got no prev_attn: the first decoder layer has no layer below "
-                             "(docs/variants.md)")
-        else:
-            prior = prev_attn.to(raw.dtype).masked_fill(mask, 0.0)  # (B, H, L, S)
-        gamma = predicted_gate(q, self.gate_vector, self.gate_bias).to(raw.dtype) if self.gamma == "predicted" \
-            else self.gamma
-        weights = (1 - gamma) * raw + gamma * prior  # A' (B, H, L, S)
-        ctx = torch.matmul(dropout(weights, self.dropout, self.training), v)  # (B, H, L, dh)
-        carry = raw if self.prior == "prev" and not self.recursive else weights
-        return AttentionOutput(out=self._merge(ctx), weights=weights if need_weights else None,
-                               carry=carry if need_weights else None)
-
-    def extra_repr(self) -> str:
-        return (f"prior={self.prior}, gamma={self.gamma}" + (", recursive=True" if self.recursive else "")
-                + (", train_only=True" if self.train_only else ""))
-
-
-class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
-    """Decoder self-attention with per-task head selection (Gong et al.; docs/variants.md, B1):
-    the logic of :class:`lib.model.attention.HeadSelection` (the encoder's
-    :class:`lib.model.attention.HeadSelectionAttention` has the same math) on the decoder's causal
-    self-attention, keyed on the target language (the paper's O2M configuration).
-
-    q/k/v_proj project H' candidates; ``head_logits`` (tasks, H'). Training: all H' projected, one
-    draw per forward pass, each sample's H heads gathered by its task, straight-through weights on
-    the head outputs. Evaluation: deterministic selection and only the selected rows projected;
-    the incremental cache ("k", "v" (B, H, t, dh), "pad") holds the H selected heads only, so
-    incremental decoding equals full-sequence decoding and costs what a plain H-head layer costs.
-    Incremental decoding in training mode is refused (each call would draw a new selection while
-    the cache holds the old one). Self-attention only (``memory`` must be None).
-    """
-
-    def __init__(self, d_model: int, n_heads: int, dropout: float, *, strategy: str, candidates: int,
-                 tasks: int, estimator: str = "paper") -> None:
-        if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
-            raise ValueError(f"decoder head_select.candidates: must be a positive integer, got {candidates!r}")
-        super().__init__(d_model, n_heads, dropout, proj_heads=candidates)
-        self._init_head_selection(strategy=strategy, candidates=candidates, tasks=tasks, key="decoder head_select",
-                                  estimator=estimator)
-
-    def forward(
-        self,
-        query: Tensor,
-        memory: Tensor | None,
-        *,
-        key_padding_mask: Tensor | None = None,
-        causal: bool = False,
-        cache: dict[str, Tensor] | None = None,
-        prev_attn: Tensor | None = None,
-        task: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> AttentionOutput:
-        if memory is not None:
-            raise ValueError("head selection is implemented for decoder self-attention only")
-        task = self.task_ids(task, query.shape[0], query.device)
-        w: Tensor | None = None
-        if self.training and cache is not None:
-            raise ValueError("decoder head selection: incremental decoding runs in eval mode (a training "
-                             "forward draws a new selection, the cache holds the previous one)")
-        if self.training and self.estimator == "gumbel":  # every candidate attends, × its 0 / 1 weight
-            q, k, v = (self._split(p(query), self.candidates) for p in (self.q_proj, self.k_proj, self.v_proj))
-            sel, w = self.sample()
-            k, v, key_padding_mask = self._extend_cache(k, v, key_padding_mask, None)
-            ctx, weights = self._attend(q, k, v, self._forbidden(q, k, key_padding_mask, causal), need_weights)
-            ctx = self.all_candidates(ctx, w, task)
-            if weights is not None:
-                weights = gather_heads(weights, sel[task])
-            self.computed_heads = self.candidates
-            return AttentionOutput(out=self._merge(ctx), weights=weights, carry=weights)
-        if self.training or not self.pruned_inference:
-            q, k, v = (self._split(p(query), self.candidates) for p in (self.q_proj, self.k_proj, self.v_proj))
-            sel, w = self.sample() if self.training else (self.eval_selection(), None)
-            idx = sel[task]  # (B, H)
-            q, k, v = gather_heads(q, idx), gather_heads(k, idx), gather_heads(v, idx)
-            self.computed_heads = self.candidates
-        else:
-            q, k, v = self.project_pruned(query, task)  # (B, H, L, dh)
-            idx = self.eval_selection()[task] if self.strategy == "subset" else None
-            self.computed_heads = self.n_heads
-        k, v, key_padding_mask = self._extend_cache(k, v, key_padding_mask, cache)
-        ctx, weights = self._attend(q, k, v, self._forbidden(q, k, key_padding_mask, causal), need_weights)
-        if w is not None:
-            ctx = ctx * w[task][:, :, None, None]
-        if idx is not None:
-            ctx = self.slot_merge(ctx, idx)
-        return AttentionOutput(out=self._merge(ctx), weights=weights, carry=weights)
-
-    def extra_repr(self) -> str:
-        return self.selection_repr()
-
-
-# Decoder attention variants by spec type (ModelConfig.decoder_self_attention / cross_attention).
-DECODER_ATTENTION_VARIANTS: dict[str, type[MultiheadAttention]] = {
-    "smooth": SmoothedMultiheadAttention,
-    "head_select": HeadSelectionMultiheadAttention,
-}
-
-
-def build_decoder_attention(spec: dict | None, d_model: int, n_heads: int, dropout: float, *,
-                            layer: int) -> MultiheadAttention:
-    """The attention module of decoder layer ``layer`` (1-based) from a validated decoder spec
-    (:func:`lib.model.config.decoder_attention_spec`): plain :class:`MultiheadAttention` when the
-    spec is None or does not list the layer, else the variant with the spec's options."""
-    if spec is None or layer not in spec["layers"]:
-        return MultiheadAttention(d_model, n_heads, dropout)
-    cls = DECODER_ATTENTION_VARIANTS[spec["type"]]
-    return cls(d_model, n_heads, dropout, **{k: v for k, v in spec.items() if k not in ("type", "layers")})
-
-
 class DecoderLayer(nn.Module):
     """Pre-LN: causal self-attn, cross-attn, FFN, each x = x + drop(sublayer(LN(x)))."""
 
@@ -823,14 +486,6 @@ class S2TTransformerDecoder(nn.Module):
 # ----------------------------------------------------------------------------------------
 
 
-@dataclass
-class LoadReport:
-    loaded: list[str]  # target keys that received a value
-    skipped: list[str]  # source keys not loaded (CTC head / variant-specific attention params)
-    missing: list[str]  # target keys left at their initialisation (same categories only)
-    expanded: list[str] = field(default_factory=list)  # target keys filled by tiling H source heads into H' candidates
-
-
 class S2TTransformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -877,104 +532,6 @@ class S2TTransformer(nn.Module):
                                   cross: bool = True) -> IncrementalState:
         return self.decoder.reorder_incremental_state(state, new_order, cross=cross)
 
-    def load_encoder_from(self, state_dict: dict[str, Tensor], *, expand_candidate_heads: bool = False) -> LoadReport:
-        """Initialise the encoder (subsampler + layers + final LN) from another checkpoint,
-        e.g. ST from a pre-trained ASR model (the decoder stays randomly initialised).
-
-        ``state_dict`` is a full ``S2TTransformer`` state dict (``encoder.*`` keys are used), a
-        bare encoder state dict, or a checkpoint dict with a ``"model"`` entry. All core keys
-        must match in name and shape (ValueError otherwise). Tolerated differences: the CTC head
-        (loaded only if both have one of the same shape) and attention parameters specific to a
-        variant (anything under ``.self_attn.`` other than q/k/v/out_proj, e.g. ``head_logits``).
-
-        ``expand_candidate_heads`` (head selection, docs/variants.md): a target
-        ``q/k/v_proj`` weight of shape (H' · dh, d) (bias (H' · dh,)) whose source has H · dh rows is
-        filled by tiling, candidate row-block j <- source head (j mod H); ``out_proj`` loads
-        unchanged. With strided groups every group then holds copies of one source head, so any
-        group selection reproduces the source encoder exactly. Such keys are listed in
-        ``LoadReport.expanded`` (and in ``loaded``).
-        """
-        if "model" in state_dict and isinstance(state_dict["model"], dict):
-            state_dict = state_dict["model"]
-        if any(k.startswith("encoder.") for k in state_dict):
-            src = {k[len("encoder.") :]: v for k, v in state_dict.items() if k.startswith("encoder.")}
-        else:
-            src = dict(state_dict)
-        target = self.encoder.state_dict()
-
-        def optional(key: str) -> bool:
-            if key.startswith("ctc_proj."):
-                return True
-            if ".self_attn." in key:
-                return key.split(".self_attn.", 1)[1].split(".")[0] not in (
-                    "q_proj",
-                    "k_proj",
-                    "v_proj",
-                    "out_proj",
-                )
-            return False
-
-        def expandable(key: str, val: Tensor) -> bool:
-            """A q/k/v projection whose target has a whole multiple of the source's heads."""
-            if not expand_candidate_heads or ".self_attn." not in key:
-                return False
-            if key.split(".self_attn.", 1)[1] not in {f"{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")}:
-                return False
-            tgt = target[key]
-            return (tgt.dim() == val.dim() and tgt.shape[1:] == val.shape[1:] and val.shape[0] > 0
-                    and tgt.shape[0] > val.shape[0] and tgt.shape[0] % val.shape[0] == 0)
-
-        to_load, skipped, expanded, errors = {}, [], [], []
-        for key, val in src.items():
-            if key in target and target[key].shape == val.shape:
-                to_load[key] = val
-            elif key in target and expandable(key, val):
-                # rows are [head 0 | head 1 | ...] blocks of dh: repeating the whole matrix r times
-                # puts source head (j mod H) into candidate j
-                to_load[key] = val.repeat(target[key].shape[0] // val.shape[0], *([1] * (val.dim() - 1)))
-                expanded.append(key)
-            elif optional(key):
-                skipped.append(key)
-            elif key in target:
-                errors.append(f"{key}: shape {tuple(val.shape)} vs {tuple(target[key].shape)}")
-            else:
-                errors.append(f"{key}: unexpected")
-        missing = [k for k in target if k not in to_load]
-        errors += [f"{k}: missing" for k in missing if not optional(k)]
-        if errors:
-            raise ValueError("encoder state dict does not match: " + "; ".join(errors))
-        self.encoder.load_state_dict(to_load, strict=False)
-        return LoadReport(loaded=sorted(to_load), skipped=sorted(skipped), missing=sorted(missing),
-                          expanded=sorted(expanded))
-
-    def load_decoder_layers_from(self, state_dict: dict[str, Tensor]) -> list[str]:
-        """Initialise the decoder's layers and final LayerNorm from another model's (e.g. the ASR
-        model's, whose decoder has learned to align with the encoder), leaving the token embedding
-        and the output projection (vocabulary-specific) at their initialisation. A demo option
-        (``train_st.init_decoder``), not in the paper. Returns the keys loaded; ValueError when the
-        shapes differ. Parameters of decoder attention variants (anything under ``.self_attn.`` /
-        ``.encoder_attn.`` other than q/k/v/out_proj, e.g. ``gate_vector``) may be absent from the
-        source and keep their initialisation."""
-        if "model" in state_dict and isinstance(state_dict["model"], dict):
-            state_dict = state_dict["model"]
-        target = self.decoder.state_dict()
-        wanted = [k for k in target if k.startswith(("layers.", "layer_norm."))]
-        src = {k: state_dict[f"decoder.{k}"] for k in wanted if f"decoder.{k}" in state_dict}
-
-        def optional(key: str) -> bool:
-            for sub in (".self_attn.", ".encoder_attn."):
-                if sub in key:
-                    return key.split(sub, 1)[1].split(".")[0] not in ("q_proj", "k_proj", "v_proj", "out_proj")
-            return False
-
-        errors = [f"{k}: missing" for k in wanted if k not in src and not optional(k)]
-        errors += [f"{k}: shape {tuple(v.shape)} vs {tuple(target[k].shape)}" for k, v in src.items()
-                   if v.shape != target[k].shape]
-        if errors:
-            raise ValueError("decoder state dict does not match: " + "; ".join(errors))
-        self.decoder.load_state_dict(src, strict=False)
-        return sorted(src)
-
     # -- head selection (docs/variants.md) ------------------------------------------
 
     def head_selection_layers(self) -> dict[str, list[tuple[int, HeadSelection]]]:
@@ -994,31 +551,6 @@ class S2TTransformer(nn.Module):
         side's selecting layers and their H' candidates (docs/variants.md)."""
         return {side: torch.cat([m.kl() for _, m in mods], dim=1).mean(dim=1)
                 for side, mods in self.head_selection_layers().items()}
-
-    def head_selection_kl(self, task: Tensor, n_tokens: Tensor,
-                          weight: float | Mapping[str, float | Sequence[float] | Tensor] = 1.0) -> Tensor:
-        """The KL term of one batch: Σ_side Σ_t λ_{side,t} · n_t · K_t^side (docs/variants.md), n_t the
-        target tokens (eos included) of the batch's samples of task t (fairseq's per-task token
-        weighting; the caller divides the update's summed loss by its token count as for the CE).
-
-        ``task`` (B,) long, ``n_tokens`` (B,) target lengths. ``weight`` λ: a float for every side
-        and task, or ``{side: float | (tasks,) per task}`` for both sides (e.g. from
-        :meth:`elbo_kl_weights`). A model without head selection gives 0."""
-        per_task = self.head_selection_kl_per_task()
-        if not per_task:
-            return torch.zeros((), device=n_tokens.device)
-        total: Tensor | None = None
-        for side, k_t in per_task.items():
-            n_t = torch.zeros_like(k_t).index_add_(0, task.to(k_t.device), n_tokens.to(k_t))
-            if isinstance(weight, Mapping):
-                if side not in weight:
-                    raise ValueError(f"head_selection_kl: no weight for side {side!r} (have {sorted(weight)})")
-                lam = torch.as_tensor(weight[side], dtype=k_t.dtype, device=k_t.device)
-            else:
-                lam = torch.as_tensor(float(weight), dtype=k_t.dtype, device=k_t.device)
-            term = (lam * n_t * k_t).sum()
-            total = term if total is None else total + term
-        return total  # type: ignore[return-value]
 
     def elbo_kl_weights(self, train_tokens_per_task: Sequence[int]) -> dict[str, list[float]]:
         """λ_{side,t} = C_s / N_t (``kl_weight: elbo``, reading B4): with C_s the number of selection

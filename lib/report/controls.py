@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Sequence
 
 from lib import layout
-from lib.analysis.rank import spearman
+from lib.stats import spearman
 from lib.decode.metrics import paired_bootstrap
 from lib.layout import TEST_SPLIT, RunPaths
 from lib.params import Params
 from lib.report.figures import Figures
-from lib.report.stats import ci_cell, mean_ci
-from lib.report.tables import SystemScores, mean_std, read_json, read_lines
+from lib.stats import ci_cell, mean_ci
+from lib.report.tables import SystemScores, read_json, read_lines
+from lib.stats import mean_std
 
 __all__ = ["ControlRun", "band_section", "ci_text", "collect_controls", "control_scores", "controls_section",
            "table2_p_cell"]

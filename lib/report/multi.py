@@ -16,8 +16,9 @@ from lib import layout
 from lib.layout import RunPaths
 from lib.params import MultiParams
 from lib.report.figures import Figures
-from lib.report.stats import ci_cell, mean_ci
-from lib.report.tables import mean_std, read_json
+from lib.stats import ci_cell, mean_ci
+from lib.report.tables import read_json
+from lib.stats import mean_std
 
 # Seed 004's Table 4 (multilingual ST on mTEDx, AVG-A BLEU): deltas vs its shared H = 4 baseline.
 PAPER_TABLE4 = {"baseline": 13.2, "baseline_h8": 13.7, "group": 15.2, "subset": 13.3}

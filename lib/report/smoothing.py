@@ -16,8 +16,9 @@ from lib.layout import TEST_SPLIT, RunPaths, variant_figure
 from lib.model.config import BAND_INIT_LOGIT, DEFAULT_BAND_K, DEFAULT_GAMMA, smoothing_layers
 from lib.params import SmoothingParams
 from lib.report.figures import Figures
-from lib.report.stats import Interval, ci_cell, mean_ci, paired_interval
-from lib.report.tables import mean_std, read_json, read_lines
+from lib.stats import Interval, ci_cell, mean_ci, paired_interval
+from lib.report.tables import read_json, read_lines
+from lib.stats import mean_std
 
 # The paper's qualitative claims (docs/variants.md); its only numbers are relative WER gains.
 SEED_CLAIMS = {

@@ -6,24 +6,18 @@ typed in by hand except the paper's published values, which are labelled as such
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from lib import layout
-from lib.analysis.rank import spearman
+from lib.stats import spearman
 from lib.decode.metrics import paired_bootstrap
 from lib.layout import ST_SYSTEMS, TEST_SPLIT, RunPaths
 from lib.paper import EN_DE_WINDOWS as PAPER_EN_DE_WINDOWS
 from lib.paper import MAIN_DIAGONAL as PAPER_MAIN_DIAGONAL
 from lib.paper import TABLE2 as PAPER_TABLE2
-from lib.report.stats import Interval, interval, paired_interval
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (n - 1) over seeds; 0 for a single seed."""
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+from lib.stats import Interval, interval, mean_std, paired_interval
 
 
 def read_json(path: Path, producer: str) -> dict:

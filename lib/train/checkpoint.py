@@ -1,4 +1,5 @@
-"""Checkpoints: atomic save, safe load (``weights_only=True``), params fingerprints, averaging.
+"""Training checkpoints: params fingerprints, snapshot averaging. The file primitives (atomic save,
+``weights_only`` load) and the model file are lib/model/checkpoint.py's; re-exported here.
 
 A training run keeps in its checkpoint folder:
 
@@ -10,19 +11,23 @@ A training run keeps in its checkpoint folder:
 
 A ``last.pt`` whose fingerprint differs from the current run's config is never resumed silently:
 the run says which keys differ, moves it aside and starts from scratch.
+
+``prev.pt`` is the training state one save back (:func:`save_keeping_previous`): a ``last.pt`` that
+cannot be read (a half-written file after a disk fault, a truncated copy) falls back to it
+(lib/train/loop.py ``decide_resume``), at the cost of the updates between the two saves.
 """
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lib.io import atomic_write_bytes
+from lib.model.checkpoint import load, save  # noqa: F401 (re-exported: the training state's files)
 
 
 def fingerprint(config: dict[str, Any]) -> str:
@@ -30,22 +35,24 @@ def fingerprint(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def save(path: str | os.PathLike, state: dict[str, Any]) -> None:
-    """``torch.save`` to a temporary file, then rename: a kill never leaves a truncated checkpoint."""
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    atomic_write_bytes(path, buf.getvalue())
+PREV = "prev.pt"
 
 
-def load(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True`` (no arbitrary code from pickles)."""
+def save_keeping_previous(path: Path, state: dict[str, Any]) -> None:
+    """Write ``state`` to ``path`` (atomically, :func:`save`) and keep the file it replaces as
+    ``prev.pt`` beside it. The old file is hard-linked (copied where links are not supported) to
+    ``prev.pt`` first, so ``path`` always exists and holds a complete state: a kill at any point
+    leaves the newest complete state in ``path`` and the one before it (or the same) in ``prev.pt``."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: checkpoint not found")
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # noqa: BLE001 - re-raised with the file named
-        raise RuntimeError(f"{path}: cannot load checkpoint ({e})") from e
+    if path.is_file():
+        prev, tmp = path.with_name(PREV), path.with_name(f".{PREV}.link-{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(path, tmp)
+        except OSError:  # a filesystem without hard links
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, prev)
+    save(path, state)
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

@@ -1,11 +1,13 @@
-"""The training loss as one module: :class:`Criterion` (the model plus its loss).
+"""The training loss as one module: :class:`Criterion` (the model plus its loss). It owns every loss
+term: label-smoothed CE, CTC, and head selection's KL (:func:`head_selection_kl_term`, from the
+modules' per-task KL, computed once per batch).
 
-Kept apart from the training loop (lib/train/loop.py, which re-exports it) so that code below the loop
--- the ``amp: auto`` probe of lib/precision.py, which times training steps -- can build it without
-importing the loop, which itself imports lib/precision.py.
+Kept apart from the training loop (lib/train/loop.py, which re-exports it) so that the ``amp: probe``
+probe of lib/train/precision.py, which times training steps, can build it without importing the loop.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +31,32 @@ class HostCounts:
     def of(batch: Batch) -> "HostCounts":
         """From a batch whose tensors are on the host (a sync when they are not)."""
         return HostCounts([int(x) for x in batch.feat_lengths.tolist()], int(batch.target_lengths.sum()))
+
+
+def head_selection_kl_term(per_task: dict[str, torch.Tensor], task: torch.Tensor, n_tokens: torch.Tensor,
+                           weight: float | Mapping[str, float | Sequence[float] | torch.Tensor] = 1.0) -> torch.Tensor:
+    """The head-selection KL term of one batch: Σ_side Σ_t λ_{side,t} · n_t · K_t^side (docs/variants.md),
+    from ``per_task`` = ``{side: K_t (tasks,)}`` (``S2TTransformer.head_selection_kl_per_task``); n_t the
+    target tokens (eos included) of the batch's samples of task t (fairseq's per-task token weighting;
+    the loop divides the update's summed loss by its token count as for the CE).
+
+    ``task`` (B,) long, ``n_tokens`` (B,) target lengths. ``weight`` λ: a float for every side and task,
+    or ``{side: float | (tasks,) per task}`` for both sides (e.g. from ``elbo_kl_weights``). A model
+    without head selection (``per_task`` empty) gives 0."""
+    if not per_task:
+        return torch.zeros((), device=n_tokens.device)
+    total: torch.Tensor | None = None
+    for side, k_t in per_task.items():
+        n_t = torch.zeros_like(k_t).index_add_(0, task.to(k_t.device), n_tokens.to(k_t))
+        if isinstance(weight, Mapping):
+            if side not in weight:
+                raise ValueError(f"head_selection_kl: no weight for side {side!r} (have {sorted(weight)})")
+            lam = torch.as_tensor(weight[side], dtype=k_t.dtype, device=k_t.device)
+        else:
+            lam = torch.as_tensor(float(weight), dtype=k_t.dtype, device=k_t.device)
+        term = (lam * n_t * k_t).sum()
+        total = term if total is None else total + term
+    return total  # type: ignore[return-value]
 
 
 class Criterion(nn.Module):
@@ -73,10 +101,10 @@ class Criterion(nn.Module):
         if self.head_selection:
             if batch.task is None:
                 raise ValueError("a head-selection model needs task ids in its batches (Batch.task)")
-            kl = self.model.head_selection_kl(batch.task, batch.target_lengths)
-            parts["kl"] = kl.detach()
+            per_task = self.model.head_selection_kl_per_task()  # the modules' KL: computed once per batch
+            parts["kl"] = head_selection_kl_term(per_task, batch.task, batch.target_lengths).detach()
             if isinstance(self.kl_weight, dict) or self.kl_weight != 0:
-                loss = loss + self.model.head_selection_kl(batch.task, batch.target_lengths, weight=self.kl_weight)
+                loss = loss + head_selection_kl_term(per_task, batch.task, batch.target_lengths, self.kl_weight)
         if self.host_parts:
             return loss, {k: v.item() for k, v in parts.items()}
         return loss, parts

@@ -1,10 +1,10 @@
 """The training loop: ASR pretraining and ST training share it (fairseq's S2T MuST-C recipe).
 
 Read top to bottom: :class:`TrainConfig` (lib/params.py) holds plain values; :func:`decide_resume`
-decides, once per run, whether ``<out>/checkpoints/last.pt`` is resumed: only when it was made with
+(lib/train/resume.py) decides, once per run, whether ``<out>/checkpoints/last.pt`` is resumed: only when it was made with
 the same config (the same fingerprint of ``{"train": cfg, **run_config}``); a ``last.pt`` of another
 config is moved aside to ``last.stale-<its fingerprint>.pt`` (keeping at most one such file) and the
-run starts from scratch. Under torchrun rank 0 decides and broadcasts. :func:`train` takes that
+run starts from scratch; an unreadable ``last.pt`` falls back to ``prev.pt``, the state one save back. Under torchrun rank 0 decides and broadcasts. :func:`train` takes that
 decision (``lib/train/run.py`` makes it before training, to set up dvclive; ``train`` makes it itself
 when given none), builds the optimizer, restores the resumed state, then runs updates of
 ``update_freq`` batches each (x ``world_size`` processes under torchrun) until ``max_updates``,
@@ -23,12 +23,11 @@ Loss normalisation follows fairseq: the summed label-smoothed loss of all batche
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -38,11 +37,13 @@ from tqdm import tqdm
 
 from lib.data.dataset import PAD_ID, Batch, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
 from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig re-exported)
-from lib.precision import autocast, configure_cuda, resolve_amp, resolve_padding
+from lib.precision import autocast, resolve_amp, resolve_padding
 from lib.train import checkpoint as ckpt
-from lib.model.attention import set_head_selection_noise, set_head_selection_tau, variant_parameters
+from lib.train.distributed import dist_info, init_distributed  # noqa: F401 (re-exported)
+from lib.train.resume import Resume, decide_resume, train_config_dict  # noqa: F401 (re-exported)
+from lib.model.attention import variant_parameters
 from lib.train.criterion import Criterion, HostCounts  # noqa: F401 (Criterion re-exported)
-from lib.train.objectives import HeadSelectionTraining, ctc_weight_at, label_smoothed_nll_loss, learning_rate
+from lib.train.objectives import ctc_weight_at, label_smoothed_nll_loss, learning_rate
 
 
 
@@ -55,35 +56,6 @@ class RunState:
     group_in_epoch: int = 0  # index of the next update-sized group of batches in this epoch
     best: float | None = None
     history: list[dict[str, float]] = field(default_factory=list)
-
-
-def dist_info() -> tuple[int, int]:
-    """(rank, world_size); (0, 1) outside torchrun."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def init_distributed() -> tuple[int, int, torch.device]:
-    """Initialise torch.distributed when launched by torchrun (NCCL on GPU, gloo on CPU)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        if local_rank >= torch.cuda.device_count():
-            # torch.cuda.set_device would fail with "invalid device ordinal", which names neither cause
-            raise RuntimeError(
-                f"process with LOCAL_RANK={local_rank} has no CUDA device: this machine has "
-                f"{torch.cuda.device_count()} visible; start at most that many processes per node "
-                "(torchrun --nproc_per_node), or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on CPU with gloo")
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        configure_cuda()
-    else:
-        device = torch.device("cpu")
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    rank, world = dist_info()
-    return rank, world, device
 
 
 @torch.no_grad()
@@ -133,74 +105,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-@dataclass
-class Resume:
-    """What :func:`decide_resume` found: the run's ``config`` (``{"train": cfg, **run_config}``), its
-    ``fingerprint``, and ``state``: the ``last.pt`` to resume from, or None to start from scratch."""
-
-    fingerprint: str
-    config: dict[str, Any]
-    state: dict[str, Any] | None = None
-    # ``state`` is another run's fork state (:func:`train`'s ``fork_at``), not this run's last.pt:
-    # start from its weights, optimizer, RNG, data position and update count, with a fresh dev history.
-    fork: bool = False
-
-
-#: Training keys added after runs were fingerprinted, with the value that changes nothing: left out of
-#: the fingerprint at that value, so checkpoints (and fork states) of earlier runs keep matching.
-_NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0, "ctc_decay_from": 0, "encoder_layer_lr_decay": 1.0,
-                       "fold_update": "auto", "variant_lr": None}
-
-
-def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
-    """``cfg`` as the dict a run's fingerprint hashes (``asdict`` minus keys at their neutral value)."""
-    d = asdict(cfg)
-    for key, neutral in _NEUTRAL_TRAIN_KEYS.items():
-        if d.get(key) == neutral:
-            del d[key]
-    return d
-
-
-def decide_resume(ckpt_dir: Path, cfg: TrainConfig, run_config: dict[str, Any],
-                  log: Callable[[str], None] | None = None) -> Resume:
-    """Whether the run resumes from ``<ckpt_dir>/last.pt``: only when it has the run's fingerprint.
-
-    The fingerprint is computed and ``last.pt`` loaded (at most) once, here. A ``last.pt`` of
-    another config is never resumed: ``log`` (default ``tqdm.write``) names the keys that differ,
-    older ``last.stale-*.pt`` files are removed and ``last.pt`` becomes ``last.stale-<its
-    fingerprint>.pt`` (so at most one stale file is kept). Under torchrun this is a collective:
-    every rank calls it, rank 0 decides and broadcasts the state it loaded.
-    """
-    config = {"train": train_config_dict(cfg), **run_config}
-    fp = ckpt.fingerprint(config)
-    rank, world = dist_info()
-    state = _matching_last(Path(ckpt_dir) / "last.pt", fp, config, log or tqdm.write) if rank == 0 else None
-    if world > 1:  # every rank resumes from what rank 0 found
-        obj = [state]
-        dist.broadcast_object_list(obj, src=0)
-        state = obj[0]
-    return Resume(fingerprint=fp, config=config, state=state)
-
-
-def _matching_last(path: Path, fingerprint: str, config: dict, log: Callable[[str], None]) -> dict | None:
-    """``path`` loaded when its fingerprint is ``fingerprint``; else None, a mismatching file moved aside."""
-    if not path.is_file():
-        return None
-    state = ckpt.load(path)
-    if state.get("fingerprint") == fingerprint:
-        return state
-    diff = ckpt.config_diff(state.get("config", {}), config)
-    stale = path.with_name(f"last.stale-{state.get('fingerprint', 'unknown')}.pt")
-    removed = sorted(old.name for old in path.parent.glob("last.stale-*.pt") if old != stale)
-    for name in removed:  # keep at most one stale file: the newest
-        (path.parent / name).unlink()
-    os.replace(path, stale)
-    log(f"NOT resuming {path}: it was made with a different config ({'; '.join(diff) or 'fingerprint differs'}); "
-        f"moved it to {stale.name}" + (f" (removed the older {', '.join(removed)})" if removed else "")
-        + " and starting from scratch")
-    return None
-
-
 def _restore(resume: Resume, model: nn.Module, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
              snap_dir: Path, rank: int, world: int) -> RunState:
     """Load the resumed weights, optimizer, RNG and run state; or, starting from scratch, seed
@@ -243,7 +147,7 @@ def _save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Op
     # and rewrites this snapshot identically, whereas the other order would resume past a
     # snapshot that was never written (and avg_last_k.pt would average the wrong updates).
     ckpt.save(snap_dir / f"update_{st.update:07d}.pt", {"model": model.state_dict(), "update": st.update})
-    ckpt.save(ckpt_dir / "last.pt", _training_state(model, optimizer, st, resume, rngs))
+    ckpt.save_keeping_previous(ckpt_dir / "last.pt", _training_state(model, optimizer, st, resume, rngs))
     for old in sorted(snap_dir.glob("update_*.pt"))[:-average_last]:
         old.unlink()
 
@@ -525,7 +429,8 @@ def _read_parts(pending: list[tuple[list[str], dict[str, torch.Tensor]]], st: Ru
 def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: SpeechDataset, out_dir: Path, *,
           run_config: dict[str, Any], evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
           device: torch.device | None = None, progress: bool = True, live: Any = None,
-          resume: Resume | None = None, head_selection: HeadSelectionTraining | None = None,
+          resume: Resume | None = None, kl_weight: float | dict[str, list[float]] = 0.0,
+          update_hooks: Sequence[Callable[[int], None]] = (),
           amp: str | None = None, fork_at: int | None = None) -> dict[str, Any]:
     """Train ``model`` in place; returns the final summary (also left in ``<out>/checkpoints``).
 
@@ -536,11 +441,13 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     ``evaluate(model) -> {"bleu": ...}`` adds decoding metrics to each evaluation.
     ``live`` is a dvclive ``Live`` (or None), used on rank 0 only.
     ``amp`` is the resolved training precision (lib/train/run.py measures ``auto`` with
-    :func:`lib.precision.resolve_train_amp`); None resolves ``cfg.amp`` by the device's flags.
-    ``head_selection`` (head-selection models, docs/variants.md): the τ schedule, set on the
-    model before every update, and the KL weight; the KL is logged as ``train/kl`` (per target
-    token) for such models whether or not it is optimised. Put it into ``run_config`` too (it
-    changes the run). None: τ stays at the modules' default (5.0) and λ = 0.
+    :func:`lib.train.precision.resolve_train_amp`); None resolves ``cfg.amp`` by the device's flags.
+    ``kl_weight``: the criterion's weight λ of head selection's KL term (docs/variants.md; the KL is
+    logged as ``train/kl`` per target token for such models whether or not it is optimised).
+    ``update_hooks``: called with the number of updates completed before every update (fairseq's
+    ``set_num_updates``; head selection's τ and noise schedule: ``HeadSelectionTraining.set_num_updates``).
+    The loop knows no variant: what a variant changes in training reaches it through these two. Put
+    them into ``run_config`` too (they change the run).
     ``fork_at``: also write the full training state after that update to ``checkpoints/fork.pt``
     (``local.asr_pretraining: fork``: another run continues from it with another attention spec,
     passed as ``Resume(..., state=<fork.pt>, fork=True)``). It does not change the training.
@@ -565,8 +472,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
         say(f"started from a fork state at update {st.update}")
     elif resume.state is not None:
         say(f"resumed from {ckpt_dir / 'last.pt'} at update {st.update}")
-    criterion = Criterion(model, cfg.label_smoothing, cfg.ctc_weight,
-                          kl_weight=head_selection.kl_weight if head_selection is not None else 0.0)
+    criterion = Criterion(model, cfg.label_smoothing, cfg.ctc_weight, kl_weight=kl_weight)
     criterion.host_parts = False  # parts stay on the device until _read_parts, once per update
     net = nn.parallel.DistributedDataParallel(criterion) if world > 1 else criterion
     amp = resolve_amp(cfg.amp, device) if amp is None else amp
@@ -591,9 +497,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             # the CTC weight for u = updates completed so far (resume-safe)
             criterion.ctc_weight = ctc_weight_at(st.update, cfg.ctc_weight, cfg.ctc_decay_from, cfg.max_updates,
                                                  cfg.ctc_start_updates, cfg.ctc_start_weight)
-            if head_selection is not None:  # τ(u) for u = updates completed so far (resume-safe)
-                set_head_selection_tau(model, head_selection.tau(st.update))
-                set_head_selection_noise(model, head_selection.noise(st.update))
+            for hook in update_hooks:  # u = updates completed so far (resume-safe)
+                hook(st.update)
             batches = []  # on the host: their sizes are read here without waiting for the GPU
             for b, idx in enumerate(mine):
                 # Seeded by the batch's place in the update group (not by which rank holds it), so

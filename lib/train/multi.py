@@ -27,6 +27,7 @@ head-sharing heatmaps of the paper's Fig. 3 (plots/variants/multi/<system>/seed<
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 import sys
@@ -44,11 +45,15 @@ from lib.decode.metrics import bleu, bleu_signature, chrf
 from lib.io import atomic_write_json, atomic_write_text
 from lib.layout import RunPaths
 from lib.model.attention import set_subset_lead
+from lib.model import checkpoint as model_file
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import Params
-from lib.precision import PROBE_BATCHES, resolve_amp, resolve_train_precision
+from lib.precision import resolve_amp
+from lib.train.precision import PROBE_BATCHES, resolve_train_precision
 from lib.train import checkpoint as ckpt
-from lib.train.loop import OPTIMIZER, decide_resume, dist_info, train
+from lib.train.distributed import dist_info
+from lib.train.loop import OPTIMIZER, train
+from lib.train.resume import decide_resume
 from lib.train.objectives import HeadSelectionTraining
 from lib.train.run import FINAL_CHECKPOINTS, LIVE_PLOTS, _truncate_live_logs, auto_device, copy_curves, file_digest
 
@@ -224,9 +229,9 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
     if not init_path.is_file():
         raise FileNotFoundError(f"{init_path}: missing; it is written by the train_asr@{p.multi.asr_init} stage")
     state = ckpt.load(init_path)["model"]
-    report = model.load_encoder_from(state, expand_candidate_heads=selecting)
+    report = model_file.load_encoder(model, state, expand_candidate_heads=selecting)
     if cfg.init_decoder:
-        model.load_decoder_layers_from(_tiled_decoder_state(model, state) if selecting else state)
+        model_file.load_decoder_layers(model, _tiled_decoder_state(model, state) if selecting else state)
     if rank == 0 and (report.missing or getattr(report, "expanded", None)):
         print(f"init from {init_path}: tiled to candidate heads: {len(getattr(report, 'expanded', []))} tensors; "
               f"kept at initialisation: {', '.join(report.missing) or 'nothing'}", file=sys.stderr)
@@ -281,7 +286,9 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
                     report=None)
     t0 = time.perf_counter()
     summary = train(model, cfg, train_ds, dev_ds, paths.run_dir, run_config=run_config, evaluate=evaluate,
-                    device=device, progress=progress, live=live, resume=resume, head_selection=hst, amp=amp)
+                    device=device, progress=progress, live=live, resume=resume, amp=amp,
+                    kl_weight=hst.kl_weight if hst is not None else 0.0,
+                    update_hooks=[functools.partial(hst.set_num_updates, model)] if hst is not None else ())
     train_seconds = time.perf_counter() - t0
     if rank != 0:
         return {}
@@ -291,8 +298,8 @@ def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = Tr
     final = ckpt.load(paths.checkpoints / FINAL_CHECKPOINTS[d.final_checkpoint])
     model.load_state_dict(final["model"])
     model.eval()
-    ckpt.save(paths.model, {"model": model.state_dict(), "model_config": mcfg.to_dict(), "task": "st_multi",
-                            "system": system, "tasks": tasks, "checkpoint": d.final_checkpoint})
+    model_file.save_model(paths.model, model, mcfg, task="st_multi", system=system, tasks=tasks,
+                          checkpoint=d.final_checkpoint)
     metrics: dict[str, Any] = {}
     t1 = time.perf_counter()
     n_sent = 0

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def label_smoothed_nll_loss(logits: Tensor, target: Tensor, epsilon: float, ignore_index: int) -> tuple[Tensor, Tensor]:
@@ -133,3 +133,12 @@ class HeadSelectionTraining:
 
     def noise(self, update: int) -> float:
         return head_selection_noise(update, self.noise_start, self.noise_end, self.anneal_updates)
+
+    def set_num_updates(self, model: nn.Module, update: int) -> None:
+        """The per-update hook (fairseq's ``set_num_updates``): τ(u) and s(u) on every head-selection
+        module of ``model``, u = the updates completed so far (so a resumed run continues the schedule).
+        The loop calls it before each update through ``train(update_hooks=...)``."""
+        from lib.model.attention.head_selection import set_head_selection_noise, set_head_selection_tau
+
+        set_head_selection_tau(model, self.tau(update))
+        set_head_selection_noise(model, self.noise(update))

@@ -15,11 +15,11 @@ from lib.analysis.extract import (
     contribution_matrices,
     layer_contributions,
     layer_tensors,
-    load_model,
     save_transparency_npz,
 )
 from lib.model.s2t_transformer import S2TTransformer, lengths_to_padding_mask, model_config
-from lib.train import checkpoint as ckpt
+from lib.model import checkpoint as ckpt
+from lib.model.checkpoint import load_model
 
 
 @pytest.fixture(autouse=True)

@@ -9,11 +9,11 @@ import pytest
 import torch
 import yaml
 
-from lib.analysis.extract import load_model
+from lib.model.checkpoint import load_model
 from lib.analysis.health import (HealthAccumulator, HealthParams, band_mass, band_test, input_health, summarize,
                                  teacher_forced, uniform_band_expectation, with_local_layers)
 from lib.analysis.pipeline import choose_samples
-from lib.analysis.rank import spearman
+from lib.stats import spearman
 from lib.data.dataset import Batch
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import ParamError, parse_section

@@ -17,14 +17,15 @@ import torch
 import yaml
 
 from lib.analysis.contributions import contributions
-from lib.analysis.extract import contribution_matrices, layer_tensors, load_model
+from lib.analysis.extract import contribution_matrices, layer_tensors
+from lib.model.checkpoint import load_model
 from lib.analysis.pipeline import PairPaths, choose_samples, select_windows_pair
 from lib.analysis.windows import window_table_from_matrices
 from lib.data.dataset import SpeechDataset
 from lib.data.prepare import prepare_pair
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import AnalysisParams, ParamError, PrepareParams, parse_section
-from lib.train import checkpoint as ckpt
+from lib.model import checkpoint as ckpt
 from tests.corpus_factory import make_corpus, talk
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Tests for the pluggable self-attention interface (lib/model/attention.py)."""
+"""Tests for the pluggable self-attention interface (lib/model/attention/)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_build_attention_errors(spec, needle):
 
 def test_build_attention_variant_keys(monkeypatch):
     """Variant keys come from the subclass __init__: unknown / missing keys are named."""
-    monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+    monkeypatch.setattr("lib.model.attention.base.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
 
     @register_attention("windowed_toy")
     class Windowed(FullAttention):
@@ -156,7 +156,7 @@ def test_helpers_project_merge_roundtrip():
 def test_subclass_overrides_only_attend(monkeypatch):
     """A variant implementing only attend() gets projections/merge/out_proj for free and
     receives prev_attn / task; weights only returned on request."""
-    monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+    monkeypatch.setattr("lib.model.attention.base.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
     seen = {}
 
     @register_attention("uniform_toy")

@@ -1,6 +1,6 @@
 """Attention head selection for multilingual ST (Gong et al.; docs/variants.md, library items 1-10):
 the encoder module (lib.model.attention.HeadSelectionAttention), the decoder module
-(lib.model.s2t_transformer.HeadSelectionMultiheadAttention), task ids end to end (Batch.task,
+(lib.model.attention.head_selection.HeadSelectionMultiheadAttention), task ids end to end (Batch.task,
 EncoderOutput.task, Criterion), the tiled ASR initialisation, the tag as decoder start token and the
 spec / config validation (lib.model.spec.head_selection_spec, lib.model.config).
 
@@ -18,6 +18,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from lib.data.dataset import EOS_ID, PAD_ID, Batch, collate
 from lib.decode.beam_search import BeamSearchConfig, beam_search, greedy_search
+from lib.train.criterion import head_selection_kl_term
+from lib.model.checkpoint import load_decoder_layers, load_encoder
 from lib.model.attention import (
     FullAttention,
     HeadSelectionAttention,
@@ -35,10 +37,10 @@ from lib.model.attention import (
 from lib.model.config import ModelConfig
 from lib.model.s2t_transformer import (
     EncoderOutput,
-    HeadSelectionMultiheadAttention,
     S2TTransformer,
     model_config,
 )
+from lib.model.attention import HeadSelectionMultiheadAttention
 from lib.model.spec import decoder_head_selection_spec, head_selection_spec, local_attention_spec
 from lib.train.loop import Criterion
 from lib.train.objectives import HeadSelectionTraining, head_selection_tau
@@ -368,8 +370,8 @@ def test_kl_batch_aggregation_equals_a_loop_over_samples_and_modules() -> None:
             direct += lam[side][t] * int(n_tokens[b]) * k_t
             plain += 0.5 * int(n_tokens[b]) * k_t
     with torch.no_grad():
-        assert float(model.head_selection_kl(task, n_tokens, weight=lam)) == pytest.approx(direct, rel=1e-12)
-        assert float(model.head_selection_kl(task, n_tokens, weight=0.5)) == pytest.approx(plain, rel=1e-12)
+        assert float(head_selection_kl_term(model.head_selection_kl_per_task(), task, n_tokens, weight=lam)) == pytest.approx(direct, rel=1e-12)
+        assert float(head_selection_kl_term(model.head_selection_kl_per_task(), task, n_tokens, weight=0.5)) == pytest.approx(plain, rel=1e-12)
     # the ELBO weights C_s / N_t (B4): 2 layers x 8 candidates per side
     assert model.elbo_kl_weights([100, 200, 400]) == {"encoder": [0.16, 0.08, 0.04], "decoder": [0.16, 0.08, 0.04]}
 
@@ -389,7 +391,7 @@ def test_criterion_adds_the_weighted_kl_and_logs_it() -> None:
     loss0, parts0 = Criterion(model, 0.1, 0.0)(batch)
     torch.manual_seed(2)
     loss1, parts1 = Criterion(model, 0.1, 0.0, kl_weight=0.25)(batch)
-    kl = float(model.head_selection_kl(batch.task, batch.target_lengths).detach())
+    kl = float(head_selection_kl_term(model.head_selection_kl_per_task(), batch.task, batch.target_lengths).detach())
     assert parts0["kl"] == pytest.approx(kl, rel=1e-12) and parts1["kl"] == pytest.approx(kl, rel=1e-12)
     assert parts0["ce"] == parts1["ce"]
     assert float((loss1 - loss0).detach()) == pytest.approx(0.25 * kl, rel=1e-9)
@@ -525,8 +527,8 @@ def test_tiled_asr_init_reproduces_the_asr_encoder(train: bool) -> None:
     buf.seek(0)
     state = torch.load(buf, weights_only=True)
     with pytest.raises(ValueError, match="q_proj.weight: shape"):
-        st.load_encoder_from(state)
-    report = st.load_encoder_from(state, expand_candidate_heads=True)
+        load_encoder(st, state)
+    report = load_encoder(st, state, expand_candidate_heads=True)
     assert report.expanded == sorted(f"layers.{i}.self_attn.{p}_proj.{t}" for i in range(2) for p in "qkv"
                                      for t in ("weight", "bias"))
     assert set(report.missing) == {"layers.0.self_attn.head_logits", "layers.1.self_attn.head_logits"}
@@ -721,7 +723,8 @@ def test_training_loop_sets_tau_and_logs_the_kl(tmp_path) -> None:
                       save_every=2, average_last=2, specaugment=False)
     live = _Live()
     summary = train(model, cfg, _MemoryData(12, 0), _MemoryData(4, 1), tmp_path, run_config={"hs": "test"},
-                    progress=False, live=live, head_selection=hs)
+                    progress=False, live=live, kl_weight=hs.kl_weight,
+                    update_hooks=[lambda u: hs.set_num_updates(model, u)])
     assert summary["updates"] == 4
     # τ of the last update = τ(3 completed updates)
     assert all(m.tau == pytest.approx(hs.tau(3)) for mods in model.head_selection_layers().values() for _, m in mods)
@@ -746,7 +749,7 @@ def test_training_loop_with_the_gumbel_estimator_and_variant_lr(tmp_path) -> Non
     cfg = TrainConfig(lr=1e-3, warmup_updates=1, max_updates=4, max_frames=200, update_freq=1, eval_every=2,
                       save_every=2, average_last=2, specaugment=False, encoder_lr_scale=0.2, variant_lr=0.05)
     summary = train(model, cfg, _MemoryData(12, 0), _MemoryData(4, 1), tmp_path, run_config={"hs": "gumbel"},
-                    progress=False, live=_Live(), head_selection=hs)
+                    progress=False, live=_Live(), update_hooks=[lambda u: hs.set_num_updates(model, u)])
     assert summary["updates"] == 4
     assert all(m.noise_scale == pytest.approx(hs.noise(3)) for mods in model.head_selection_layers().values()
                for _, m in mods)
@@ -858,8 +861,8 @@ def _asr_and_tiled(strategy: str, estimator: str) -> tuple[S2TTransformer, S2TTr
                        activation_dropout=0.0, encoder_attention=[spec] * 2, decoder_self_attention=spec)
     torch.manual_seed(3)
     st = S2TTransformer(cfg).to(F64)  # the logits at their own initialisation (not _model's random ones)
-    st.load_encoder_from(asr.state_dict(), expand_candidate_heads=True)
-    st.load_decoder_layers_from(_tiled_decoder_state(st, asr.state_dict()))
+    load_encoder(st, asr.state_dict(), expand_candidate_heads=True)
+    load_decoder_layers(st, _tiled_decoder_state(st, asr.state_dict()))
     # the rest of the decoder (embeddings, output projection) too: the whole model is the ASR model's
     target = st.state_dict()
     st.load_state_dict({k: v for k, v in asr.state_dict().items() if k.startswith("decoder.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lib.model.checkpoint import load_decoder_layers, load_encoder
 from lib.model.attention import FullAttention, LocalAttention, build_attention
 from lib.model.local_attention import band_mask
 from lib.model.s2t_transformer import S2TTransformer, model_config
@@ -47,7 +48,7 @@ def test_full_checkpoint_loads_into_local_model() -> None:
     local_cfg = model_config("tiny", vocab_size=20, encoder_attention=[{"type": "full"}, {"type": "local", "window": 3}])
     full_model, local_model = S2TTransformer(full_cfg), S2TTransformer(local_cfg)
     local_model.load_state_dict(full_model.state_dict(), strict=True)
-    report = local_model.load_encoder_from(full_model.state_dict())
+    report = load_encoder(local_model, full_model.state_dict())
     assert not report.missing
     feats, lengths = torch.randn(2, 40, 80), torch.tensor([40, 31])
     logits = local_model.eval()(feats, lengths, torch.tensor([[2, 5, 6], [2, 7, 1]]))

@@ -7,16 +7,17 @@ import io
 import pytest
 import torch
 
+from lib.model.checkpoint import load_decoder_layers, load_encoder
 from lib.model.attention import ATTENTION_VARIANTS, FullAttention, mask_bias, register_attention
 from lib.model.s2t_transformer import (
     MODEL_SIZES,
     EncoderOutput,
     ModelConfig,
-    MultiheadAttention,
     S2TTransformer,
     model_config,
     subsampled_lengths,
 )
+from lib.model.attention import MultiheadAttention
 
 V = 37
 PAD = 1
@@ -301,7 +302,7 @@ def test_eval_attention_on_cpu_takes_the_faster_path_with_sdpa_math(monkeypatch,
 def test_prev_attn_and_task_reach_attention(monkeypatch):
     """A toy variant with needs_prev_attn receives the previous layer's weights and task ids;
     layers followed by full attention don't compute weights unless asked."""
-    monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+    monkeypatch.setattr("lib.model.attention.base.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
     calls = []
 
     @register_attention("spy_full")
@@ -341,7 +342,7 @@ def test_prev_attn_and_task_reach_attention(monkeypatch):
 def test_carry_is_what_the_next_layer_receives(monkeypatch):
     """docs/variants.md: a variant returning (ctx, weights, carry) hands ``carry`` (not its
     weights) to the next layer as prev_attn; ``attn_weights`` still report the weights."""
-    monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+    monkeypatch.setattr("lib.model.attention.base.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
     seen = []
 
     @register_attention("carry_toy")
@@ -378,7 +379,7 @@ def test_carry_is_what_the_next_layer_receives(monkeypatch):
 
 def test_variant_checkpoint_compatible(monkeypatch):
     """Same parameter names in every variant: a full-attention state dict loads unchanged."""
-    monkeypatch.setattr("lib.model.attention.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+    monkeypatch.setattr("lib.model.attention.base.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
 
     @register_attention("other_toy")
     class Other(FullAttention):
@@ -412,16 +413,16 @@ def test_load_encoder_from_asr():
     buf = io.BytesIO()
     torch.save({"model": asr.state_dict()}, buf)
     buf.seek(0)
-    report = st.load_encoder_from(torch.load(buf, weights_only=True))
+    report = load_encoder(st, torch.load(buf, weights_only=True))
     assert "ctc_proj.weight" in report.skipped and report.missing == []
     torch.testing.assert_close(st.encode(feats, lengths).out, asr.encode(feats, lengths).out)
     for k, v in st.decoder.state_dict().items():
         assert torch.equal(v, dec_before[k])
     # bare encoder state dicts work too; mismatching ones are refused with the key named
-    st.load_encoder_from(asr.encoder.state_dict())
+    load_encoder(st, asr.encoder.state_dict())
     bigger = S2TTransformer(model_config("tiny", vocab_size=V, ffn_dim=48))
     with pytest.raises(ValueError, match="fc1.weight"):
-        st.load_encoder_from(bigger.state_dict())
+        load_encoder(st, bigger.state_dict())
 
 
 def test_load_decoder_layers_keeps_the_vocabulary_parts():
@@ -431,7 +432,7 @@ def test_load_decoder_layers_keeps_the_vocabulary_parts():
     torch.manual_seed(5)
     st = _model(seed=2)
     before = {k: v.clone() for k, v in st.decoder.state_dict().items()}
-    loaded = st.load_decoder_layers_from({"model": asr.state_dict()})
+    loaded = load_decoder_layers(st, {"model": asr.state_dict()})
     assert loaded and all(k.startswith(("layers.", "layer_norm.")) for k in loaded)
     for k, v in st.decoder.state_dict().items():
         if k in loaded:
@@ -440,7 +441,7 @@ def test_load_decoder_layers_keeps_the_vocabulary_parts():
             assert k.startswith(("embed_tokens", "output_projection")) and torch.equal(v, before[k]), k
     deeper = S2TTransformer(model_config("tiny", vocab_size=11, ffn_dim=48))
     with pytest.raises(ValueError, match="fc1.weight"):
-        st.load_decoder_layers_from(deeper.state_dict())
+        load_decoder_layers(st, deeper.state_dict())
 
 
 def test_encoder_input_options():

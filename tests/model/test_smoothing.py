@@ -1,6 +1,6 @@
 """Attention-weight smoothing with prior distributions (Maekaku et al.; docs/variants.md): encoder
 self-attention (lib.model.attention.SmoothedAttention, band_logit_matrix, lib.model.spec.smoothing_spec)
-and the decoder side (lib.model.s2t_transformer.SmoothedMultiheadAttention, decoder_smoothing_specs).
+and the decoder side (lib.model.attention.smoothing.SmoothedMultiheadAttention, decoder_smoothing_specs).
 
 Item numbers refer to the spec's docs/variants.md list. float64 wherever exactness matters."""
 
@@ -11,23 +11,23 @@ import math
 import pytest
 import torch
 
+from lib.model.checkpoint import load_decoder_layers, load_encoder
 from lib.model.attention import (
     ATTENTION_VARIANTS,
-    BAND_INIT_LOGIT,
     FullAttention,
     LocalAttention,
     SmoothedAttention,
     band_logit_matrix,
     build_attention,
 )
+from lib.model.config import BAND_INIT_LOGIT
 from lib.model.dropout import dropout
 from lib.model.s2t_transformer import (
     ModelConfig,
-    MultiheadAttention,
     S2TTransformer,
-    SmoothedMultiheadAttention,
     model_config,
 )
+from lib.model.attention import MultiheadAttention, SmoothedMultiheadAttention
 from lib.model.spec import decoder_smoothing_specs, local_attention_spec, smoothing_spec
 
 D, H = 16, 2
@@ -499,7 +499,7 @@ def test_full_attention_checkpoint_loads_into_every_smoothing_config(system: str
     spec = smoothing_spec(base_spec, SYSTEMS[system], n, key=f"smoothing.defs.{system}")
     torch.manual_seed(1)
     st = S2TTransformer(model_config("tiny", vocab_size=11, encoder_layers=n, encoder_attention=spec))
-    report = st.load_encoder_from(asr.state_dict())
+    report = load_encoder(st, asr.state_dict())
     variant = sorted(k for k in st.encoder.state_dict() if k.endswith((".band_logits", ".gate_vector", ".gate_bias")))
     assert report.missing == variant
     assert bool(variant) == (system.startswith("band") or system == "rec_pred")
@@ -522,7 +522,7 @@ def test_smoothing_with_gamma_zero_reproduces_the_loaded_model() -> None:
     src = S2TTransformer(model_config("tiny", vocab_size=11, encoder_layers=n)).eval()
     spec = smoothing_spec([{"type": "full"}] * n, {"prior": "prev", "recursive": True, "gamma": 0.0}, n)
     dst = S2TTransformer(model_config("tiny", vocab_size=11, encoder_layers=n, encoder_attention=spec)).eval()
-    dst.load_encoder_from(src.state_dict())
+    load_encoder(dst, src.state_dict())
     feats, lengths = torch.randn(2, 33, 80), torch.tensor([33, 20])
     torch.testing.assert_close(dst.encode(feats, lengths).out, src.encode(feats, lengths).out, atol=1e-5, rtol=1e-5)
 
@@ -773,7 +773,7 @@ def test_decoder_checkpoints_load() -> None:
     asr = S2TTransformer(model_config("tiny", vocab_size=11, decoder_layers=3))
     spec = decoder_smoothing_specs({**DEC_SYSTEMS["rec_pred_all"], "where": ["encoder", "decoder_self", "cross"]}, 3)
     st = S2TTransformer(model_config("tiny", vocab_size=V, decoder_layers=3, **spec))
-    loaded = st.load_decoder_layers_from(asr.state_dict())
+    loaded = load_decoder_layers(st, asr.state_dict())
     gates = sorted(k for k in st.decoder.state_dict() if k.endswith("gate_vector"))
     assert len(gates) == 4 and not set(gates) & set(loaded)  # layers 2-3, self and cross
     assert all((st.decoder.state_dict()[k] == 0).all() for k in gates)

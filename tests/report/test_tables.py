@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lib.report.tables import headline, load_scores, paper_comparison_markdown, spearman, summary, table2_markdown
+from lib.report.tables import headline, load_scores, paper_comparison_markdown, summary, table2_markdown
 
 
 def _write(root: Path, folder: str, pair: str, seed: int, bleu: float, chrf: float) -> None:
@@ -36,16 +36,6 @@ def test_table2_mean_std_and_flat_summary(tmp_path: Path) -> None:
 def test_missing_run_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="seed1.json"):
         load_scores(tmp_path, "en-de", "local", [1])
-
-
-def test_spearman_hand_cases() -> None:
-    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert spearman([1, 2, 3], [5, 5, 5]) == 0.0
-    # ties get average ranks: y ranks (1.5, 1.5, 3) against x ranks (1, 2, 3)
-    assert spearman([1, 2, 3], [7, 7, 9]) == pytest.approx(0.8660254, abs=1e-6)
-    with pytest.raises(ValueError, match="equal-length"):
-        spearman([1, 2], [1])
 
 
 def test_paper_comparison_reads_health_and_scores(tmp_path: Path) -> None:

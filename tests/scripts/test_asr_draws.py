@@ -106,11 +106,11 @@ def test_two_draws_end_to_end_and_resume(setting, tmp_path: Path) -> None:
                 m = json.loads((draw[int(seed)] / f"metrics/{system}/en-de/seed{st_seed}.json").read_text())
                 assert row["runs"][system]["bleu"][i] == m["bleu"]
         diffs = [a - b for a, b in zip(row["runs"]["local"]["bleu"], row["runs"]["baseline"]["bleu"])]
-        from lib.report.stats import interval
+        from lib.stats import interval
 
         assert f"| {seed} | en-de |" in md and interval(diffs).cell() in md
     rhos = [table["draws"][s]["pairs"]["en-de"]["rho"] for s in ("1", "2")]
-    from lib.report.stats import mean_ci
+    from lib.stats import mean_ci
 
     m, h = mean_ci(rhos)
     assert table["summary"]["pairs"]["en-de"]["rho"] == {"mean": round(m, 4), "ci95": round(h, 4), "n": 2}

@@ -14,8 +14,8 @@ from lib.decode.beam_search import BeamSearchConfig
 from lib.layout import RunPaths
 from lib.params import TrainConfig
 from lib.train import checkpoint as ckpt
-from lib.train.run import (RunSpec, asr_fork_at, asr_fork_spec_from_params, load_fork_state, run,
-                           write_no_fork)
+from lib.train.run import RunSpec, load_fork_state, run
+from lib.train.experiments import asr_fork_at, asr_fork_spec_from_params, write_no_fork
 
 TRAIN = dict(lr=2e-3, warmup_updates=2, max_updates=4, max_frames=200, update_freq=1, eval_every=2, save_every=2,
              average_last=2, best_metric="loss", ctc_weight=0.3)
@@ -170,8 +170,8 @@ def _shared_fork_params(root: Path):
 def test_one_shared_fork_with_the_widest_windows_serves_every_pair(prepared: Path, tmp_path: Path) -> None:
     """local.fork: shared -- the shared ASR training is forked once, with per layer the widest window of
     the pairs' windows, and every pair's asr_local is that model, scored on the pair's own test set."""
-    from lib.train.run import (adopt_shared_asr, shared_fork_attention, shared_fork_spec_from_params,
-                               spec_from_params, uses_shared_fork)
+    from lib.train.experiments import (adopt_shared_asr, shared_fork_attention, shared_fork_spec_from_params,
+                                       spec_from_params, uses_shared_fork)
 
     p = _shared_fork_params(tmp_path)
     assert uses_shared_fork(p)
@@ -212,7 +212,7 @@ def test_one_shared_fork_with_the_widest_windows_serves_every_pair(prepared: Pat
 
 
 def test_adopting_a_placeholder_fork_is_a_clear_error(tmp_path: Path) -> None:
-    from lib.train.run import adopt_shared_asr, write_unused_shared_asr
+    from lib.train.experiments import adopt_shared_asr, write_unused_shared_asr
 
     p = _shared_fork_params(tmp_path)
     with pytest.raises(FileNotFoundError, match="runs/asr_local_shared/model.pt: missing; .* train_asr_local_shared"):
@@ -251,8 +251,8 @@ def test_a_control_forks_the_shared_asr_training_with_its_own_windows(prepared: 
     the shared ASR training finished from its fork state with, per layer, the widest of every pair's
     control windows; controls not listed start from local's ASR model."""
     from lib.model.spec import control_attention_spec, local_attention_spec
-    from lib.train.run import (control_asr_model, control_fork_attention, control_fork_spec_from_params,
-                               shared_fork_attention, spec_from_params)
+    from lib.train.experiments import (control_asr_model, control_fork_attention,
+                                       control_fork_spec_from_params, shared_fork_attention, spec_from_params)
 
     p = _shared_fork_params(tmp_path)
     p.model.overrides = {"encoder_layers": 4}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lib import precision
+from lib.train import precision  # the probe module; re-exports resolve_amp, resolve_padding, BF16_PAD_TO
 from lib.data.dataset import PAD_ID, SpeechDataset, batch_by_frames, collate, first_batches
 from lib.model.config import model_config
 from lib.model.s2t_transformer import S2TTransformer

@@ -160,12 +160,12 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_precision_does_not_import_the_training_loop():
-    """No import circle: the `amp: auto` probe (lib/precision.py) builds its Criterion from
-    lib/train/criterion.py, which imports neither the loop nor lib.precision; the loop imports both."""
-    assert "lib.train.loop" not in _imports(REPO / "lib" / "precision.py")
-    assert "lib.train.criterion" in _imports(REPO / "lib" / "precision.py")
-    assert not {"lib.train.loop", "lib.precision"} & _imports(REPO / "lib" / "train" / "criterion.py")
-    code = "import lib.precision, sys; assert 'lib.train.loop' not in sys.modules"
+    """No import circle: the `amp: probe` probe (lib/train/precision.py) builds its Criterion from
+    lib/train/criterion.py, which imports neither the loop nor the probe; the loop imports both."""
+    assert "lib.train.loop" not in _imports(REPO / "lib" / "train" / "precision.py")
+    assert "lib.train.criterion" in _imports(REPO / "lib" / "train" / "precision.py")
+    assert not {"lib.train.loop", "lib.train.precision"} & _imports(REPO / "lib" / "train" / "criterion.py")
+    code = "import lib.train.precision, sys; assert 'lib.train.loop' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 

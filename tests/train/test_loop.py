@@ -552,3 +552,89 @@ def test_a_runs_first_updates_do_not_depend_on_its_length_or_evaluations(prepare
     assert [r["update"] for r in s_long["history"]] == [2, 4, 6, 8]
     assert s_long["history"][1] == s_short["history"][0]
     assert state_differs(poly4.state_dict(), ckpt.load(tmp_path / "poly8/checkpoints/snapshots/update_0000004.pt")["model"])
+
+
+# ----------------------------------------------------------------------------- corrupt last.pt
+
+
+def _interrupted_at_update_3(prepared: Path, out: Path, overrides: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Train until update 3 starts; with save_every 1 that leaves last.pt of update 2, prev.pt of 1."""
+    import lib.train.loop as loop
+
+    real_lr = loop.learning_rate
+
+    def lr(update: int, *args, **kwargs) -> float:
+        if update == 2:  # the lr of update 3
+            raise _Interrupt
+        return real_lr(update, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "learning_rate", lr)
+    with pytest.raises(_Interrupt):
+        _driver.run_training(prepared, out, train_overrides=overrides)
+    monkeypatch.undo()
+
+
+def test_truncated_last_pt_falls_back_to_prev_pt(prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A half-written last.pt (disk fault) resumes from prev.pt, the state one save back, says so in one
+    line, and ends with the weights of an uninterrupted run."""
+    overrides = {"max_updates": 4, "save_every": 1, "eval_every": 2}
+    full, full_summary = _driver.run_training(prepared, tmp_path / "full", train_overrides=overrides)
+    ckpt_dir = tmp_path / "cut" / "checkpoints"
+    _interrupted_at_update_3(prepared, tmp_path / "cut", overrides, monkeypatch)
+    assert ckpt.load(ckpt_dir / "last.pt")["run_state"]["update"] == 2
+    assert ckpt.load(ckpt_dir / "prev.pt")["run_state"]["update"] == 1
+    last = ckpt_dir / "last.pt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    capsys.readouterr()
+
+    model, summary = _driver.run_training(prepared, tmp_path / "cut", train_overrides=overrides)
+    log = capsys.readouterr().out
+    lines = [line for line in log.splitlines() if "cannot be read" in line]
+    assert len(lines) == 1 and str(last) in lines[0] and "prev.pt, update 1" in lines[0]
+    assert f"resumed from {last} at update 1" in log
+    assert (ckpt_dir / "last.corrupt.pt").is_file()
+    assert_same_state(model.state_dict(), full.state_dict())
+    assert summary["history"] == full_summary["history"]
+    # training went on rotating: prev.pt is again the state one save before last.pt
+    assert ckpt.load(ckpt_dir / "prev.pt")["run_state"]["update"] == 3
+
+
+def test_truncated_last_pt_without_an_intact_prev_stops_with_one_line(prepared: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    overrides = {"max_updates": 4, "save_every": 1, "eval_every": 2}
+    ckpt_dir = tmp_path / "run" / "checkpoints"
+    _interrupted_at_update_3(prepared, tmp_path / "run", overrides, monkeypatch)
+    for name in ("last.pt", "prev.pt"):
+        path = ckpt_dir / name
+        path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(SystemExit) as err:
+        _driver.run_training(prepared, tmp_path / "run", train_overrides=overrides)
+    message = str(err.value)
+    assert "\n" not in message and str(ckpt_dir / "last.pt") in message
+    assert f"delete {ckpt_dir}" in message and "from scratch" in message
+    # nothing was moved or overwritten: the user decides
+    assert (ckpt_dir / "last.pt").stat().st_size == 100 and not (ckpt_dir / "last.corrupt.pt").exists()
+
+
+def test_a_deleted_last_pt_starts_from_scratch_whatever_prev_pt_holds(prepared: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleting last.pt is how a user restarts a run: prev.pt is not resumed, and it is removed."""
+    overrides = {"max_updates": 4, "save_every": 1, "eval_every": 2}
+    ckpt_dir = tmp_path / "run" / "checkpoints"
+    _interrupted_at_update_3(prepared, tmp_path / "run", overrides, monkeypatch)
+    (ckpt_dir / "last.pt").unlink()
+    from lib.train.loop import decide_resume
+
+    resume = decide_resume(ckpt_dir, _driver.train_config(**overrides), _driver.build(prepared)[3], print)
+    assert resume.state is None and not (ckpt_dir / "prev.pt").exists()
+
+
+def test_save_keeping_previous_keeps_the_replaced_state(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    ckpt.save_keeping_previous(path, {"update": 1})
+    assert not (tmp_path / "prev.pt").exists()
+    ckpt.save_keeping_previous(path, {"update": 2})
+    ckpt.save_keeping_previous(path, {"update": 3})
+    assert ckpt.load(path)["update"] == 3 and ckpt.load(tmp_path / "prev.pt")["update"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "prev.pt"]  # no link temporaries left

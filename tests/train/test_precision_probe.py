@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lib import precision
+from lib.train import precision as train_precision
 from lib.data.dataset import SpeechDataset, batch_by_frames, collate
 from lib.model.config import model_config
 
@@ -18,18 +19,18 @@ def test_probe_times_both_precisions_and_leaves_the_rng_alone(prepared: Path) ->
     cfg = model_config("tiny", vocab_size=ds.vocab_size).to_dict()
     torch.manual_seed(123)
     before = torch.get_rng_state()
-    t = precision.probe_step_times(cfg, batches)
+    t = train_precision.probe_step_times(cfg, batches)
     assert set(t) == {"none", "bf16", "speedup"} and all(v > 0 for v in t.values())
     assert torch.equal(torch.get_rng_state(), before)
     with pytest.raises(ValueError, match="at least 3 training batches"):
-        precision.probe_step_times(cfg, batches[:2])
+        train_precision.probe_step_times(cfg, batches[:2])
 
 
 def test_probe_with_ctc_runs_the_asr_objective(prepared: Path) -> None:
     ds = SpeechDataset(prepared, "train", "asr")
     batches = [collate(ds, idx) for idx in batch_by_frames(ds.n_frames, 200, shuffle=False)[:3]]
     cfg = model_config("tiny", vocab_size=ds.vocab_size, ctc_vocab_size=ds.vocab_size).to_dict()
-    steps = precision.time_training_steps(cfg, batches, "bf16", ctc_weight=0.3)
+    steps = train_precision.time_training_steps(cfg, batches, "bf16", ctc_weight=0.3)
     assert len(steps) == 2 and all(s > 0 for s in steps)  # batch 0 is the warm-up
 
 
@@ -48,16 +49,16 @@ def test_probe_times_each_precision_in_its_own_process_and_decides_on_the_median
         calls.append((amp, len(batches)))
         return scripted[amp]
 
-    monkeypatch.setattr(precision, "_child_step_times", child)
-    t = precision.probe_step_times(cfg, batches)
+    monkeypatch.setattr(train_precision, "_child_step_times", child)
+    t = train_precision.probe_step_times(cfg, batches)
     assert calls == [("none", 5), ("bf16", 5)]  # one process per precision, every batch in each
     assert t["none"] == pytest.approx(1.5) and t["bf16"] == pytest.approx(1.0625)
     assert t["speedup"] == pytest.approx(1.0)
 
     monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
-    enough = batches * precision.PROBE_MIN_BATCHES  # the fake probe's figures stand for these
-    assert precision.resolve_train_amp("probe", torch.device("cpu"), cfg, 200, probe_batches=lambda: enough) == "none"
+    enough = batches * train_precision.PROBE_MIN_BATCHES  # the fake probe's figures stand for these
+    assert train_precision.resolve_train_amp("probe", torch.device("cpu"), cfg, 200, probe_batches=lambda: enough) == "none"
 
 
 def test_probe_child_process_round_trips_the_batches(prepared: Path, tmp_path: Path) -> None:
@@ -67,7 +68,7 @@ def test_probe_child_process_round_trips_the_batches(prepared: Path, tmp_path: P
     from lib.data.dataset import Batch
 
     saved = tmp_path / "job.pt"
-    torch.save({"batches": [precision._batch_to_dict(b) for b in batches]}, saved)
+    torch.save({"batches": [train_precision._batch_to_dict(b) for b in batches]}, saved)
     for a, b in zip((Batch(**d) for d in torch.load(saved, weights_only=True)["batches"]), batches):
         assert a.ids == b.ids and a.src_texts == b.src_texts and a.task is None
         for name in ("feats", "feat_lengths", "prev_tokens", "target", "target_lengths"):
@@ -81,13 +82,13 @@ def test_probe_times_bf16_on_its_own_padded_batches(prepared: Path) -> None:
     plain = [collate(ds, idx) for idx in order]
     padded = [collate(ds, idx, pad_frames_to=64, pad_tokens_to=8) for idx in order]
     cfg = model_config("tiny", vocab_size=ds.vocab_size).to_dict()
-    t = precision.probe_step_times(cfg, plain, bf16_batches=padded)
+    t = train_precision.probe_step_times(cfg, plain, bf16_batches=padded)
     assert all(v > 0 for v in t.values())
     # timed on a second pass (kernels built by the first), one time per batch after the warm-up
-    assert len(precision.time_training_steps(cfg, padded, "bf16", warm=True)) == 2
-    assert len(precision.time_training_steps(cfg, padded, "bf16")) == 2
+    assert len(train_precision.time_training_steps(cfg, padded, "bf16", warm=True)) == 2
+    assert len(train_precision.time_training_steps(cfg, padded, "bf16")) == 2
     with pytest.raises(ValueError, match="same 3 batches"):
-        precision.probe_step_times(cfg, plain, bf16_batches=padded[:2])
+        train_precision.probe_step_times(cfg, plain, bf16_batches=padded[:2])
 
 
 def test_padded_bf16_is_timed_warm_in_both_precisions(prepared: Path, monkeypatch) -> None:
@@ -103,8 +104,8 @@ def test_padded_bf16_is_timed_warm_in_both_precisions(prepared: Path, monkeypatc
         calls.append((amp, warm, batches[0].feats.shape[1]))
         return [1.0, 1.0] if amp == "none" else [0.5, 0.5]
 
-    monkeypatch.setattr(precision, "_child_step_times", child)
-    t = precision.probe_step_times({}, plain, bf16_batches=padded)
+    monkeypatch.setattr(train_precision, "_child_step_times", child)
+    t = train_precision.probe_step_times({}, plain, bf16_batches=padded)
     assert t["speedup"] == pytest.approx(2.0)
     assert calls == [("none", True, plain[0].feats.shape[1]), ("bf16", True, padded[0].feats.shape[1])]
     assert padded[0].feats.shape[1] % 64 == 0

@@ -41,15 +41,17 @@ def test_asr_then_st_end_to_end_and_reproducible(prepared: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     loaded: list[bool] = []
-    real_load = S2TTransformer.load_encoder_from
+    from lib.model import checkpoint as model_file
 
-    def spy(self: S2TTransformer, state: dict):  # noqa: ANN202
-        report = real_load(self, state)
+    real_load = model_file.load_encoder
+
+    def spy(model: S2TTransformer, state: dict):  # noqa: ANN202
+        report = real_load(model, state)
         asr_model = ckpt.load(_paths("asr", one).model)["model"]
-        loaded.append(all(torch.equal(v, asr_model[f"encoder.{k}"]) for k, v in self.encoder.state_dict().items()))
+        loaded.append(all(torch.equal(v, asr_model[f"encoder.{k}"]) for k, v in model.encoder.state_dict().items()))
         return report
 
-    monkeypatch.setattr(S2TTransformer, "load_encoder_from", spy)
+    monkeypatch.setattr(model_file, "load_encoder", spy)
     asr, st = _asr_then_st(prepared, one)
 
     # ASR outputs

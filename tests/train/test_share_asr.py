@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from lib.layout import RunPaths
-from lib.train.run import local_encoder_attention, share_asr_run, spec_from_params
+from lib.train.experiments import local_encoder_attention, share_asr_run, spec_from_params
 
 
 def _asr_run(root: Path) -> RunPaths:

@@ -1,4 +1,4 @@
-"""lib/train/run.py::smoothing_spec_from_params: what a smoothing run trains (docs/variants.md):
+"""lib/train/experiments.py::smoothing_spec_from_params: what a smoothing run trains (docs/variants.md):
 the definition overlays full or local attention, the decoder gets its specs, the run lives where
 lib/layout.py says, and the encoder starts from the baseline's ASR model or the smoothed one."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from lib.layout import RunPaths
 from lib.params import load_params
-from lib.train.run import smoothing_spec_from_params
+from lib.train.experiments import smoothing_spec_from_params
 
 REPO = Path(__file__).resolve().parents[2]
 

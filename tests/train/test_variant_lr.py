@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from lib.model.attention import VARIANT_PARAMETER_NAMES, variant_parameters
+from lib.model.attention import VariantParameter, variant_parameters
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import TrainConfig
 from lib.train.loop import encoder_lr_scales, make_optimizer, train_config_dict
@@ -87,7 +87,8 @@ def test_variant_parameters_step_at_variant_lr_outside_the_encoder_scale_without
     model = _variants()
     variant = variant_parameters(model)
     names = {n.rsplit(".", 1)[-1] for n, _ in variant}
-    assert names == set(VARIANT_PARAMETER_NAMES)  # head_logits, band_logits, gate_vector, gate_bias all present
+    assert names == {"head_logits", "band_logits", "gate_vector", "gate_bias"}  # every variant's own parameters
+    assert all(isinstance(p, VariantParameter) for _, p in variant)
     assert any(n.startswith("encoder.") for n, _ in variant) and any(n.startswith("decoder.") for n, _ in variant)
     opt = make_optimizer(model, cfg)
     last = opt.param_groups[-1]

@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lib.report.analysis_plots import save_figure  # noqa: E402
+from lib.analysis.plots import save_figure  # noqa: E402
 
 __all__ = ["plot_health"]
 

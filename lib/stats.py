@@ -1,4 +1,7 @@
-"""Seed-level statistics: every Δ the report, the docs and the draws tables give is headed by the
+"""Statistics without torch (the report stage and the scripts import this and must not load torch):
+``mean_std``, ``spearman`` (windows against depth), and seed-level intervals.
+
+Seed-level statistics: every Δ the report, the docs and the draws tables give is headed by the
 t-interval over training seeds (or over ASR draws), paired by seed where two systems share them.
 
 Why seeds and not sentences: a training seed changes the data order, the dropout masks and the
@@ -147,3 +150,32 @@ def paired_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95)
     if len(a) != len(b):
         raise ValueError(f"paired_interval: {len(a)} values against {len(b)}: pair them by seed")
     return interval([x - y for x, y in zip(a, b)], level)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1) over seeds; 0 for a single seed."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties); 0 when either side is constant. Of a
+    model's Algorithm 1 windows against their layer index: whether the windows grow with depth."""
+    def ranks(v: Sequence[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return r
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError(f"spearman: need two equal-length sequences of >= 2 values, got {len(x)} and {len(y)}")
+    rx, ry = ranks(x), ranks(y)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return 0.0 if sxx == 0 or syy == 0 else sxy / (sxx * syy) ** 0.5

@@ -15,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from lib.report.analysis_plots import save_figure  # noqa: E402
+from lib.analysis.plots import save_figure  # noqa: E402
 
 __all__ = ["plot_band_test"]
 

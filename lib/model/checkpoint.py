@@ -1,0 +1,200 @@
+"""The ``model.pt`` format and everything that moves weights between models: its one owner.
+
+A model file is ``{"model": state_dict, "model_config": ModelConfig.to_dict(), **meta}`` (meta: the
+task, the pair, scores, provenance; whatever the writer adds). :func:`save_model` writes one,
+:func:`load_model` rebuilds the model from the config it carries (nanoGPT's rule: the checkpoint holds
+its model args, one function rebuilds it), :func:`read_model_state` reads one without building it.
+Weight surgery lives here too: :func:`load_encoder` (ST from an ASR model, with head expansion for head
+selection) and :func:`load_decoder_layers`.
+
+:func:`save` and :func:`load` are the file-level primitives every checkpoint in the project goes
+through: atomic writes (a kill never leaves a truncated file) and ``torch.load(weights_only=True)``.
+Training state (``last.pt``, snapshots, averaging, fingerprints) is lib/train/checkpoint.py's.
+"""
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lib.io import atomic_write_bytes
+from lib.model.s2t_transformer import ModelConfig, S2TTransformer
+
+
+def save(path: str | os.PathLike, state: dict[str, Any]) -> None:
+    """``torch.save`` to a temporary file, then rename: a kill never leaves a truncated checkpoint."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True`` (no arbitrary code from pickles)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: checkpoint not found")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - re-raised with the file named
+        raise RuntimeError(f"{path}: cannot load checkpoint ({e})") from e
+
+
+def build_model(model_config: ModelConfig | dict[str, Any]) -> S2TTransformer:
+    """A freshly initialised model of ``model_config`` (a ``ModelConfig`` or its ``to_dict()``)."""
+    cfg = model_config if isinstance(model_config, ModelConfig) else ModelConfig.from_dict(model_config)
+    return S2TTransformer(cfg)
+
+
+def save_model(path: str | os.PathLike, model: nn.Module | dict[str, Tensor], model_config: ModelConfig,
+               **meta: Any) -> None:
+    """Write a model file: ``model``'s weights (a module or a state dict), its config, ``meta``."""
+    weights = model.state_dict() if isinstance(model, nn.Module) else model
+    save(path, {"model": weights, "model_config": model_config.to_dict(), **meta})
+
+
+def read_model_state(path: str | os.PathLike, *, producer: str | None = None,
+                     map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """A model file's dict, checked to be one. A missing file raises FileNotFoundError naming the file
+    and, when given, the stage that produces it (``producer``, e.g. ``"train_asr"``)."""
+    path = Path(path)
+    if not path.is_file():
+        hint = f" (produced by the `{producer}` stage: run `dvc repro {producer}` first)" if producer else ""
+        raise FileNotFoundError(f"{path}: model checkpoint not found{hint}")
+    state = load(path, map_location=map_location)
+    for key in ("model", "model_config"):
+        if key not in state:
+            raise ValueError(f"{path}: not a model checkpoint (no {key!r} entry; keys: {sorted(state)})")
+    return state
+
+
+def load_model(path: str | os.PathLike, *, producer: str | None = None, device: str | torch.device = "cpu"
+               ) -> tuple[S2TTransformer, dict]:
+    """Rebuild the model of a model file, in eval mode on ``device``. Returns ``(model, meta)``: meta is
+    the file's other entries plus ``model_config`` (as a dict). Errors as :func:`read_model_state`."""
+    state = read_model_state(path, producer=producer)
+    cfg = ModelConfig.from_dict(state["model_config"])
+    model = S2TTransformer(cfg)
+    model.load_state_dict(state["model"])
+    model.to(device).eval()
+    meta = {k: v for k, v in state.items() if k not in ("model", "model_config")}
+    meta["model_config"] = cfg.to_dict()
+    return model, meta
+
+
+# ----------------------------------------------------------------------------------------
+# Weight surgery
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadReport:
+    loaded: list[str]  # target keys that received a value
+    skipped: list[str]  # source keys not loaded (CTC head / variant-specific attention params)
+    missing: list[str]  # target keys left at their initialisation (same categories only)
+    expanded: list[str] = field(default_factory=list)  # target keys filled by tiling H source heads into H' candidates
+
+
+
+def load_encoder(model: S2TTransformer, state_dict: dict[str, Tensor], *, expand_candidate_heads: bool = False) -> LoadReport:
+    """Initialise the encoder (subsampler + layers + final LN) from another checkpoint,
+    e.g. ST from a pre-trained ASR model (the decoder stays randomly initialised).
+
+    ``state_dict`` is a full ``S2TTransformer`` state dict (``encoder.*`` keys are used), a
+    bare encoder state dict, or a checkpoint dict with a ``"model"`` entry. All core keys
+    must match in name and shape (ValueError otherwise). Tolerated differences: the CTC head
+    (loaded only if both have one of the same shape) and attention parameters specific to a
+    variant (anything under ``.self_attn.`` other than q/k/v/out_proj, e.g. ``head_logits``).
+
+    ``expand_candidate_heads`` (head selection, docs/variants.md): a target
+    ``q/k/v_proj`` weight of shape (H' · dh, d) (bias (H' · dh,)) whose source has H · dh rows is
+    filled by tiling, candidate row-block j <- source head (j mod H); ``out_proj`` loads
+    unchanged. With strided groups every group then holds copies of one source head, so any
+    group selection reproduces the source encoder exactly. Such keys are listed in
+    ``LoadReport.expanded`` (and in ``loaded``).
+    """
+    if "model" in state_dict and isinstance(state_dict["model"], dict):
+        state_dict = state_dict["model"]
+    if any(k.startswith("encoder.") for k in state_dict):
+        src = {k[len("encoder.") :]: v for k, v in state_dict.items() if k.startswith("encoder.")}
+    else:
+        src = dict(state_dict)
+    target = model.encoder.state_dict()
+
+    def optional(key: str) -> bool:
+        if key.startswith("ctc_proj."):
+            return True
+        if ".self_attn." in key:
+            return key.split(".self_attn.", 1)[1].split(".")[0] not in (
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "out_proj",
+            )
+        return False
+
+    def expandable(key: str, val: Tensor) -> bool:
+        """A q/k/v projection whose target has a whole multiple of the source's heads."""
+        if not expand_candidate_heads or ".self_attn." not in key:
+            return False
+        if key.split(".self_attn.", 1)[1] not in {f"{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")}:
+            return False
+        tgt = target[key]
+        return (tgt.dim() == val.dim() and tgt.shape[1:] == val.shape[1:] and val.shape[0] > 0
+                and tgt.shape[0] > val.shape[0] and tgt.shape[0] % val.shape[0] == 0)
+
+    to_load, skipped, expanded, errors = {}, [], [], []
+    for key, val in src.items():
+        if key in target and target[key].shape == val.shape:
+            to_load[key] = val
+        elif key in target and expandable(key, val):
+            # rows are [head 0 | head 1 | ...] blocks of dh: repeating the whole matrix r times
+            # puts source head (j mod H) into candidate j
+            to_load[key] = val.repeat(target[key].shape[0] // val.shape[0], *([1] * (val.dim() - 1)))
+            expanded.append(key)
+        elif optional(key):
+            skipped.append(key)
+        elif key in target:
+            errors.append(f"{key}: shape {tuple(val.shape)} vs {tuple(target[key].shape)}")
+        else:
+            errors.append(f"{key}: unexpected")
+    missing = [k for k in target if k not in to_load]
+    errors += [f"{k}: missing" for k in missing if not optional(k)]
+    if errors:
+        raise ValueError("encoder state dict does not match: " + "; ".join(errors))
+    model.encoder.load_state_dict(to_load, strict=False)
+    return LoadReport(loaded=sorted(to_load), skipped=sorted(skipped), missing=sorted(missing),
+                      expanded=sorted(expanded))
+
+
+def load_decoder_layers(model: S2TTransformer, state_dict: dict[str, Tensor]) -> list[str]:
+    """Initialise the decoder's layers and final LayerNorm from another model's (e.g. the ASR
+    model's, whose decoder has learned to align with the encoder), leaving the token embedding
+    and the output projection (vocabulary-specific) at their initialisation. A demo option
+    (``train_st.init_decoder``), not in the paper. Returns the keys loaded; ValueError when the
+    shapes differ. Parameters of decoder attention variants (anything under ``.self_attn.`` /
+    ``.encoder_attn.`` other than q/k/v/out_proj, e.g. ``gate_vector``) may be absent from the
+    source and keep their initialisation."""
+    if "model" in state_dict and isinstance(state_dict["model"], dict):
+        state_dict = state_dict["model"]
+    target = model.decoder.state_dict()
+    wanted = [k for k in target if k.startswith(("layers.", "layer_norm."))]
+    src = {k: state_dict[f"decoder.{k}"] for k in wanted if f"decoder.{k}" in state_dict}
+
+    def optional(key: str) -> bool:
+        for sub in (".self_attn.", ".encoder_attn."):
+            if sub in key:
+                return key.split(sub, 1)[1].split(".")[0] not in ("q_proj", "k_proj", "v_proj", "out_proj")
+        return False
+
+    errors = [f"{k}: missing" for k in wanted if k not in src and not optional(k)]
+    errors += [f"{k}: shape {tuple(v.shape)} vs {tuple(target[k].shape)}" for k, v in src.items()
+               if v.shape != target[k].shape]
+    if errors:
+        raise ValueError("decoder state dict does not match: " + "; ".join(errors))
+    model.decoder.load_state_dict(src, strict=False)
+    return sorted(src)

@@ -1,0 +1,113 @@
+"""Whether a run resumes, and from what: :func:`decide_resume` reads ``<checkpoints>/last.pt`` once,
+resumes it only when it was made with the run's config (its fingerprint), moves a ``last.pt`` of another
+config aside, and falls back to ``prev.pt`` (the state one save back) when ``last.pt`` cannot be read.
+Under torchrun rank 0 decides and broadcasts. The loop (lib/train/loop.py) restores what it returns."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch.distributed as dist
+from tqdm import tqdm
+
+from lib.params import TrainConfig
+from lib.train import checkpoint as ckpt
+from lib.train.distributed import dist_info
+
+
+@dataclass
+class Resume:
+    """What :func:`decide_resume` found: the run's ``config`` (``{"train": cfg, **run_config}``), its
+    ``fingerprint``, and ``state``: the ``last.pt`` to resume from, or None to start from scratch."""
+
+    fingerprint: str
+    config: dict[str, Any]
+    state: dict[str, Any] | None = None
+    # ``state`` is another run's fork state (:func:`train`'s ``fork_at``), not this run's last.pt:
+    # start from its weights, optimizer, RNG, data position and update count, with a fresh dev history.
+    fork: bool = False
+
+
+#: Training keys added after runs were fingerprinted, with the value that changes nothing: left out of
+#: the fingerprint at that value, so checkpoints (and fork states) of earlier runs keep matching.
+_NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0, "ctc_decay_from": 0, "encoder_layer_lr_decay": 1.0,
+                       "fold_update": "auto", "variant_lr": None}
+
+
+def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """``cfg`` as the dict a run's fingerprint hashes (``asdict`` minus keys at their neutral value)."""
+    d = asdict(cfg)
+    for key, neutral in _NEUTRAL_TRAIN_KEYS.items():
+        if d.get(key) == neutral:
+            del d[key]
+    return d
+
+
+def decide_resume(ckpt_dir: Path, cfg: TrainConfig, run_config: dict[str, Any],
+                  log: Callable[[str], None] | None = None) -> Resume:
+    """Whether the run resumes from ``<ckpt_dir>/last.pt``: only when it has the run's fingerprint.
+
+    The fingerprint is computed and ``last.pt`` loaded (at most) once, here. A ``last.pt`` of
+    another config is never resumed: ``log`` (default ``tqdm.write``) names the keys that differ,
+    older ``last.stale-*.pt`` files are removed and ``last.pt`` becomes ``last.stale-<its
+    fingerprint>.pt`` (so at most one stale file is kept). Under torchrun this is a collective:
+    every rank calls it, rank 0 decides and broadcasts the state it loaded.
+    """
+    config = {"train": train_config_dict(cfg), **run_config}
+    fp = ckpt.fingerprint(config)
+    rank, world = dist_info()
+    state = _matching_last(Path(ckpt_dir), fp, config, log or tqdm.write) if rank == 0 else None
+    if world > 1:  # every rank resumes from what rank 0 found
+        obj = [state]
+        dist.broadcast_object_list(obj, src=0)
+        state = obj[0]
+    return Resume(fingerprint=fp, config=config, state=state)
+
+
+def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable[[str], None]) -> dict | None:
+    """``<ckpt_dir>/last.pt`` loaded when its fingerprint is ``fingerprint``; else None, a mismatching
+    file moved aside (and its ``prev.pt`` removed). An unreadable ``last.pt`` falls back to ``prev.pt``,
+    the state one save back, with one line saying so; with no intact ``prev.pt`` either the run stops
+    (SystemExit) with one line naming the file and the remedy. A missing ``last.pt`` starts from
+    scratch, whatever ``prev.pt`` holds (deleting ``last.pt`` is how a user asks for that)."""
+    path, prev = ckpt_dir / "last.pt", ckpt_dir / ckpt.PREV
+    if not path.is_file():
+        prev.unlink(missing_ok=True)
+        return None
+    try:
+        state = ckpt.load(path)
+    except RuntimeError as e:
+        state = _fall_back_to_prev(path, prev, e, log)
+    if state.get("fingerprint") == fingerprint:
+        return state
+    diff = ckpt.config_diff(state.get("config", {}), config)
+    stale = path.with_name(f"last.stale-{state.get('fingerprint', 'unknown')}.pt")
+    removed = sorted(old.name for old in path.parent.glob("last.stale-*.pt") if old != stale)
+    for name in removed:  # keep at most one stale file: the newest
+        (path.parent / name).unlink()
+    os.replace(path, stale)
+    prev.unlink(missing_ok=True)
+    log(f"NOT resuming {path}: it was made with a different config ({'; '.join(diff) or 'fingerprint differs'}); "
+        f"moved it to {stale.name}" + (f" (removed the older {', '.join(removed)})" if removed else "")
+        + " and starting from scratch")
+    return None
+
+
+def _fall_back_to_prev(path: Path, prev: Path, error: Exception, log: Callable[[str], None]) -> dict:
+    """The state of ``prev`` for an unreadable ``path``: ``path`` is kept as ``last.corrupt.pt`` and
+    ``prev`` becomes ``path`` (so the next save does not link the corrupt file to ``prev.pt``)."""
+    reason = str(getattr(error, "__cause__", None) or error).splitlines()[0][:160]
+    corrupt = path.with_name("last.corrupt.pt")
+    try:
+        state = ckpt.load(prev)
+    except (FileNotFoundError, RuntimeError):
+        raise SystemExit(f"error: {path} cannot be read ({reason}) and there is no intact earlier training "
+                         f"state ({prev.name}): delete {path.parent} to train this run from scratch") from None
+    os.replace(path, corrupt)
+    os.replace(prev, path)
+    update = state.get("run_state", {}).get("update", "?")
+    log(f"{path} cannot be read ({reason}): resuming from the state one save back ({prev.name}, update "
+        f"{update}); the unreadable file is kept as {corrupt.name}")
+    return state
