@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lib.model.attention import build_attention, set_head_selection_noise, set_head_selection_tau  # noqa: E402
-from lib.train.objectives import head_selection_noise, learning_rate  # noqa: E402
+from lib.train.head_selection import head_selection_noise  # noqa: E402
+from lib.train.objectives import learning_rate  # noqa: E402
 
 D, H, CAND, TASKS = 32, 4, 8, 3
 

@@ -14,6 +14,7 @@ import sys
 
 from _common import ROOT, run_stage, stage_params
 
+import lib.model.attention.smoothing  # noqa: F401 (registers the `smooth` attention variant this stage trains)
 from lib.train.distributed import init_distributed
 from lib.train.run import run
 from lib.train.experiments import smoothing_spec_from_params

@@ -323,3 +323,28 @@ def test_control_stages_follow_lib_layout(tmp_path: Path) -> None:
                                                            rel(layout.band_test_plot(tmp_path, pair, 2))}
         assert rel(RunPaths(tmp_path, "baseline", pair, 2).model) in {d.def_path for d in stages[name].deps}
         assert ("report", name) in graph_edges and (name, f"select_windows@{pair}") in graph_edges
+
+
+#: Code of the attention variants (smoothing, head selection): loaded only by the stages that train them.
+VARIANT_CODE = ("lib/model/attention/smoothing.py", "lib/model/attention/head_selection.py",
+                "lib/train/head_selection.py")
+BASELINE_CHAIN = ("train_asr", "train_asr_shared", "train_asr_local", "train_asr_local_shared", "train_baseline",
+                  "train_local", "analyze", "select_windows", "health_asr", "health_st", "band_test")
+
+
+@pytest.mark.parametrize("name", BASELINE_CHAIN)
+def test_variant_code_is_no_dep_of_the_baseline_chain(name: str) -> None:
+    """An edit to a variant retrains no baseline: no stage of the baseline's chain imports or lists it."""
+    deps = code_deps(STAGES[name])
+    files, _ = import_closure(stage_script(STAGES[name]))
+    for rel in VARIANT_CODE:
+        assert REPO / rel not in files, f"{name} imports {rel}"
+        assert not covered(REPO / rel, deps), f"dvc.yaml stage {name!r} lists {rel} (or its folder) in its deps"
+
+
+@pytest.mark.parametrize(("name", "rel"), [("train_smoothing", VARIANT_CODE[0]), ("train_asr_smoothing", VARIANT_CODE[0]),
+                                           ("train_multi", VARIANT_CODE[1]), ("train_multi", VARIANT_CODE[2])])
+def test_a_variants_stages_import_and_list_its_code(name: str, rel: str) -> None:
+    files, _ = import_closure(stage_script(STAGES[name]))
+    assert REPO / rel in files and covered(REPO / rel, code_deps(STAGES[name]))
+

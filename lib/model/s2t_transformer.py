@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lib.model.attention import HeadSelection, SelfAttention, build_attention
+from lib.model.attention import SelfAttention, build_attention
 from lib.model.attention.decoder import build_decoder_attention
 from lib.model.config import MODEL_SIZES, SUBSAMPLER_NORMS, ModelConfig, model_config  # noqa: F401 (re-exported)
 from lib.model.dropout import Dropout
@@ -534,15 +534,16 @@ class S2TTransformer(nn.Module):
 
     # -- head selection (docs/variants.md) ------------------------------------------
 
-    def head_selection_layers(self) -> dict[str, list[tuple[int, HeadSelection]]]:
+    def head_selection_layers(self) -> dict[str, list[tuple[int, nn.Module]]]:
         """The head-selecting attention modules per side, ``{"encoder": [(layer, module), ...],
         "decoder": [...]}`` (1-based layer numbers; a side without any is left out, so an empty dict
-        means the model selects no heads)."""
+        means the model selects no heads). A module selects heads when it says so (``selects_heads``,
+        lib.model.attention.head_selection.HeadSelection): this module never imports the variant."""
         sides = {
             "encoder": [(i + 1, layer.self_attn) for i, layer in enumerate(self.encoder.layers)
-                        if isinstance(layer.self_attn, HeadSelection)],
+                        if getattr(layer.self_attn, "selects_heads", False)],
             "decoder": [(i + 1, layer.self_attn) for i, layer in enumerate(self.decoder.layers)
-                        if isinstance(layer.self_attn, HeadSelection)],
+                        if getattr(layer.self_attn, "selects_heads", False)],
         }
         return {side: mods for side, mods in sides.items() if mods}
 

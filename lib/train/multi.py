@@ -44,7 +44,7 @@ from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf
 from lib.io import atomic_write_json, atomic_write_text
 from lib.layout import RunPaths
-from lib.model.attention import set_subset_lead
+from lib.model.attention.head_selection import set_subset_lead
 from lib.model import checkpoint as model_file
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import Params
@@ -54,7 +54,7 @@ from lib.train import checkpoint as ckpt
 from lib.train.distributed import dist_info
 from lib.train.loop import OPTIMIZER, train
 from lib.train.resume import decide_resume
-from lib.train.objectives import HeadSelectionTraining
+from lib.train.head_selection import HeadSelectionTraining
 from lib.train.run import FINAL_CHECKPOINTS, LIVE_PLOTS, _truncate_live_logs, auto_device, copy_curves, file_digest
 
 SELECTION_SYSTEMS = ("subset", "group")

@@ -43,7 +43,7 @@ from lib.model.s2t_transformer import (
 from lib.model.attention import HeadSelectionMultiheadAttention
 from lib.model.spec import decoder_head_selection_spec, head_selection_spec, local_attention_spec
 from lib.train.loop import Criterion
-from lib.train.objectives import HeadSelectionTraining, head_selection_tau
+from lib.train.head_selection import HeadSelectionTraining, head_selection_tau
 
 D, H = 16, 4
 DH = D // H
@@ -996,7 +996,7 @@ def test_gumbel_estimator_gradients_reach_unselected_candidates(strategy: str) -
 def test_gumbel_noise_schedule_anneals_to_the_evaluated_selection() -> None:
     """s(u) falls geometrically from noise_start to noise_end over anneal_updates; the training loop's
     HeadSelectionTraining gives it per update; at s = 0.1 the draws are the evaluated selection."""
-    from lib.train.objectives import head_selection_noise
+    from lib.train.head_selection import head_selection_noise
 
     assert head_selection_noise(0, 1.0, 0.1, 1080) == 1.0
     assert head_selection_noise(540, 1.0, 0.1, 1080) == pytest.approx(0.1 ** 0.5)

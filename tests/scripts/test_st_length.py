@@ -63,6 +63,28 @@ def test_curves_from_a_finished_draw(setting, tmp_path: Path) -> None:  # noqa: 
     md = (tmp_path / "out" / "len.md").read_text()
     assert "| 4 |" in md and "![local − baseline against ST updates](len.png)" in md
     assert (tmp_path / "out" / "len.png").stat().st_size > 1000
+
+    # --extend-from 4: the 4-update runs continued to 8 end bit-identical to 8-update runs from scratch
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        common = ["--eval-every", "2", "--params", str(params), "--source", str(source), "--jobs", "1"]
+        extended = st_length.main(["--max-updates", "8", "--extend-from", "4", "--workdir", str(tmp_path / "len"),
+                                   "--out", str(tmp_path / "out" / "ext"), *common], runner=in_process([]))
+        fresh = st_length.main(["--max-updates", "8", "--workdir", str(tmp_path / "fresh"),
+                                "--out", str(tmp_path / "out" / "fresh"), *common], runner=in_process([]))
+    finally:
+        torch.set_num_threads(old)
+    for system in ("baseline", "local"):
+        for k in (1, 2):
+            a = torch.load(tmp_path / f"len/8/runs/{system}/en-de/seed{k}/model.pt", weights_only=True)["model"]
+            b = torch.load(tmp_path / f"fresh/8/runs/{system}/en-de/seed{k}/model.pt", weights_only=True)["model"]
+            assert all(torch.equal(a[n], b[n]) for n in a), (system, k)
+    assert extended["pairs"] == fresh["pairs"]
+    assert "--extend-from 4" in (tmp_path / "out" / "ext.md").read_text()
+    with pytest.raises(SystemExit, match="--extend-from 8: need an earlier, shorter call"):
+        st_length.main(["--max-updates", "8", "--extend-from", "8", "--workdir", str(tmp_path / "len"), *common],
+                       runner=in_process([]))
     with pytest.raises(SystemExit, match="en-fr: not in"):
         st_length.main(["--max-updates", "4", "--eval-every", "2", "--params", str(params), "--pairs", "en-fr",
                         "--workdir", str(tmp_path / "len3")], runner=in_process([]))

@@ -2,8 +2,9 @@
 
 ``base`` (masks, the interface, the registry, ``build_attention``), ``full``, ``local``, ``banded``,
 ``smoothing``, ``head_selection``, and ``decoder`` (the decoder's role: self- and cross-attention with
-an incremental cache, and its registry; ``smooth`` and ``head_select`` register there too). Importing this package imports them all (so the registry holds
-every kind); each name below is re-exported from its module.
+an incremental cache, and its registry; ``smooth`` and ``head_select`` register there too). Importing
+this package imports the plain kinds; a variant's module is imported by the code that uses it, or on
+demand when a spec names its kind (``base.VARIANT_MODULES``). Each name below is re-exported.
 
 Every encoder layer owns one ``SelfAttention`` module built from a small spec dict
 (``{"type": "full"}``, ``{"type": "local", "window": 13}``, ...) by ``build_attention``.
@@ -96,39 +97,48 @@ from lib.model.attention.decoder import (  # noqa: F401
     register_decoder_attention,
     build_decoder_attention,
 )
-from lib.model.attention.smoothing import (  # noqa: F401
-    band_logit_matrix,
-    uniform_prior,
-    predicted_gate,
-    gate_bias_init,
-    band_logits_init,
-    SmoothedAttention,
-    SmoothedMultiheadAttention,
-)
-from lib.model.attention.head_selection import (  # noqa: F401
-    DEFAULT_HEAD_SELECTION_TAU,
-    logistic_noise,
-    select_heads,
-    straight_through,
-    SUBSET_INIT_GAP,
-    gumbel_noise,
-    relaxed_selection,
-    candidate_slots,
-    merge_slots,
-    aligned_subset_logits_,
-    bernoulli_kl,
-    gather_heads,
-    head_rows,
-    pruned_linear,
-    set_subset_lead_,
-    set_subset_lead,
-    HeadSelection,
-    HeadSelectionAttention,
-    set_head_selection_noise,
-    _set_on_head_selection,
-    set_head_selection_tau,
-    HeadSelectionMultiheadAttention,
-)
+# The variants that load on demand (base.VARIANT_MODULES): their names resolve on first use, so importing
+# this package never imports their modules (and the baseline's stages never depend on their code).
+_LAZY = {
+    "band_logit_matrix": "smoothing",
+    "uniform_prior": "smoothing",
+    "predicted_gate": "smoothing",
+    "gate_bias_init": "smoothing",
+    "band_logits_init": "smoothing",
+    "SmoothedAttention": "smoothing",
+    "SmoothedMultiheadAttention": "smoothing",
+    "DEFAULT_HEAD_SELECTION_TAU": "head_selection",
+    "logistic_noise": "head_selection",
+    "select_heads": "head_selection",
+    "straight_through": "head_selection",
+    "SUBSET_INIT_GAP": "head_selection",
+    "gumbel_noise": "head_selection",
+    "relaxed_selection": "head_selection",
+    "candidate_slots": "head_selection",
+    "merge_slots": "head_selection",
+    "aligned_subset_logits_": "head_selection",
+    "bernoulli_kl": "head_selection",
+    "gather_heads": "head_selection",
+    "head_rows": "head_selection",
+    "pruned_linear": "head_selection",
+    "set_subset_lead_": "head_selection",
+    "set_subset_lead": "head_selection",
+    "HeadSelection": "head_selection",
+    "HeadSelectionAttention": "head_selection",
+    "set_head_selection_noise": "head_selection",
+    "_set_on_head_selection": "head_selection",
+    "set_head_selection_tau": "head_selection",
+    "HeadSelectionMultiheadAttention": "head_selection",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"lib.model.attention.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ATTENTION_VARIANTS",

@@ -5,6 +5,7 @@ and the variants' own parameters (:func:`variant_parameters`). The package docst
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 from dataclasses import dataclass
@@ -275,6 +276,19 @@ class SelfAttention(nn.Module):
 
 ATTENTION_VARIANTS: dict[str, type[SelfAttention]] = {}
 
+#: Variants that register when their module is imported, loaded on demand when a spec (or a model file's
+#: config) names their kind. Only the stages that train a variant import its module, so the DVC deps of
+#: the baseline's stages list no variant code and an edit to a variant retrains no baseline. A new
+#: variant needs no entry here: importing its module registers it.
+VARIANT_MODULES = {"smooth": "lib.model.attention.smoothing", "head_select": "lib.model.attention.head_selection"}
+
+
+def load_variant(kind: str) -> None:
+    """Import the module of attention kind ``kind`` when it is a known on-demand variant not yet
+    registered (its import registers it, for the encoder and the decoder role alike)."""
+    if kind not in ATTENTION_VARIANTS and kind in VARIANT_MODULES:
+        importlib.import_module(VARIANT_MODULES[kind])
+
 _S = TypeVar("_S", bound=type[SelfAttention])
 
 
@@ -336,9 +350,10 @@ def build_attention(spec: dict, d_model: int, n_heads: int, dropout: float, *, r
     if "type" not in spec:
         raise ValueError(f"attention spec {spec!r} has no 'type' key")
     kind = spec["type"]
+    load_variant(kind)
     if kind not in ATTENTION_VARIANTS:
         raise ValueError(
-            f"unknown attention type {kind!r}; known: {sorted(ATTENTION_VARIANTS)}"
+            f"unknown attention type {kind!r}; known: {sorted(set(ATTENTION_VARIANTS) | set(VARIANT_MODULES))}"
         )
     cls = ATTENTION_VARIANTS[kind]
     params = {key: val for key, val in spec.items() if key != "type"}

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lib.model.attention.base import AttentionOutput, explicit_on_cpu, mask_bias
+from lib.model.attention.base import AttentionOutput, explicit_on_cpu, load_variant, mask_bias
 from lib.model.dropout import dropout
 
 
@@ -188,5 +188,6 @@ def build_decoder_attention(spec: dict | None, d_model: int, n_heads: int, dropo
     spec is None or does not list the layer, else the variant with the spec's options."""
     if spec is None or layer not in spec["layers"]:
         return MultiheadAttention(d_model, n_heads, dropout)
+    load_variant(spec["type"])
     cls = DECODER_ATTENTION_VARIANTS[spec["type"]]
     return cls(d_model, n_heads, dropout, **{k: v for k, v in spec.items() if k not in ("type", "layers")})

@@ -177,7 +177,7 @@ class HeadSelection:
     """Per-task selection of H out of H' candidate heads (a mixin for an ``nn.Module`` with
     ``q_proj`` / ``k_proj`` / ``v_proj`` of H' · dh rows, ``n_heads`` = H and ``head_dim`` = dh):
     the state and logic shared by the encoder's :class:`HeadSelectionAttention` and the decoder's
-    ``HeadSelectionMultiheadAttention`` (lib/model/s2t_transformer.py). docs/variants.md
+    ``HeadSelectionMultiheadAttention`` (below). docs/variants.md
 
     * ``head_logits`` φ (tasks, H') -- one logit per task and candidate (φ(1) − φ(0) of the paper's
       Eq. 4), initialised U(ln 0.01, ln 1) as the public code; ``subset`` then raises the best
@@ -205,10 +205,13 @@ class HeadSelection:
       reference the tests compare with).
     * :meth:`kl`: per-head KL of Bernoulli(σ(φ)) to the prior p(z = 1) = H / H' (reading B2).
 
-    ``tau`` is a plain attribute (set each update by ``set_head_selection_tau``, from the run's ``HeadSelectionTraining.set_num_updates`` hook), not state: the
-    training loop's schedule recomputes it on resume. ``computed_heads`` reports how many heads per
+    ``tau`` is a plain attribute (set each update by ``set_head_selection_tau``, from the run's
+    ``HeadSelectionTraining.set_num_updates`` hook), not state: the schedule recomputes it on resume. ``computed_heads`` reports how many heads per
     sample the last forward pass projected (H' in training, H at pruned evaluation).
     """
+
+    #: Marks a head-selecting module for code that must not import this module (S2TTransformer).
+    selects_heads = True
 
     n_heads: int
     head_dim: int
@@ -446,7 +449,7 @@ class HeadSelectionAttention(HeadSelection, SelfAttention):
 def set_head_selection_noise(model: nn.Module, scale: float) -> int:
     """Set the Gumbel noise scale s of every head-selection module in ``model`` (the ``gumbel``
     estimator's; the training loop calls it once per update with its schedule's value,
-    lib.train.objectives.head_selection_noise); returns how many modules were set. s >= 0."""
+    lib.train.head_selection.head_selection_noise); returns how many modules were set. s >= 0."""
     if not scale >= 0:
         raise ValueError(f"head-selection noise scale must be >= 0, got {scale!r}")
     return _set_on_head_selection(model, "noise_scale", float(scale))
