@@ -45,6 +45,7 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from lib.data.dataset import PAD_ID, Batch  # noqa: E402
+from lib.model import cuda_attention as ca  # noqa: E402
 from lib.model import local_attention as la  # noqa: E402
 from lib.model.s2t_transformer import S2TTransformer, model_config  # noqa: E402
 from lib.paper import EN_DE_WINDOWS, FULL_LAYERS  # noqa: E402
@@ -99,13 +100,13 @@ def lengths_for(b: int, n: int, seed: int = 0) -> list[int]:
 
 
 def op_figures(args, device: torch.device, shapes, dtypes, h: int, dh: int, w: int) -> None:
-    flash_ok = la.flash_supported(device)
+    flash_ok = ca.flash_supported(device)
     for b, n in shapes:
         if over_budget(args, "op"):
             return
         lengths = lengths_for(b, n)
         kpm = (torch.arange(n)[None, :] >= torch.tensor(lengths)[:, None]).to(device)
-        packing = la.Packing.build(lengths, n, device)
+        packing = ca.Packing.build(lengths, n, device)
         g = torch.Generator().manual_seed(0)
         base = [torch.randn(b, h, n, dh, generator=g).to(device) for _ in range(3)]
         valid = (~kpm)[:, None, :, None].expand(b, h, n, dh)
@@ -124,7 +125,7 @@ def op_figures(args, device: torch.device, shapes, dtypes, h: int, dh: int, w: i
                 "full_sdpa": (lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(dtype)),
                               (q, k, v), go),
                 "blocked": (lambda: la.local_attention(q, k, v, w, kpm), (q, k, v), go),
-                "sdpa_band": (lambda: la.sdpa_band_attention(q, k, v, w, kpm), (q, k, v), go),
+                "sdpa_band": (lambda: ca.sdpa_band_attention(q, k, v, w, kpm), (q, k, v), go),
                 # diagnostics: the same SDPA call with its mask built beforehand (bool, then additive),
                 # to split sdpa_band's time into building the mask and the masked kernel
                 "sdpa_band_mask_prebuilt": (lambda: torch.nn.functional.scaled_dot_product_attention(
@@ -133,7 +134,7 @@ def op_figures(args, device: torch.device, shapes, dtypes, h: int, dh: int, w: i
                     q, k, v, attn_mask=band_bias.to(dtype)), (q, k, v), go),
             }
             if flash_ok and dtype in la.FLASH_DTYPES:
-                paths["flash"] = (lambda: la.packed_attention(qp, kp, vp, packing, w), (qp, kp, vp), gop)
+                paths["flash"] = (lambda: ca.packed_attention(qp, kp, vp, packing, w), (qp, kp, vp), gop)
             base_ms = None
             for path, (fwd, inputs, grad_out) in paths.items():
                 ms = timed(lambda: torch.autograd.grad(fwd(), inputs, grad_out), device, args.reps)
@@ -328,7 +329,7 @@ def main() -> int:
     configure_cuda()
     props = torch.cuda.get_device_properties(device)
     emit(figure="env", device=props.name, memory_gib=round(props.total_memory / 2**30, 1), torch=torch.__version__,
-         cuda=torch.version.cuda, flash_usable=la.flash_supported(device))
+         cuda=torch.version.cuda, flash_usable=ca.flash_supported(device))
     op_figures(args, device, [(60, 166), (9, 1052), (8, 1052)], ("bf16", "fp32"), h=4, dh=64, w=13)
     encoder_figures(args, device, "s", [(60, 166), (9, 1052)], ("bf16", "fp32"), vocab=8000)
     update_figures(args, device, "s", k=8, b=60, frames=650, vocab=8000, dtypes=("bf16", "fp32"))

@@ -47,7 +47,8 @@ from lib.model.attention import SelfAttention, build_attention
 from lib.model.attention.decoder import build_decoder_attention
 from lib.model.config import MODEL_SIZES, SUBSAMPLER_NORMS, ModelConfig, model_config  # noqa: F401 (re-exported)
 from lib.model.dropout import Dropout
-from lib.model.local_attention import Packing, attention_path, flash_supported
+from lib.model.cuda_attention import Packing, flash_supported
+from lib.model.local_attention import attention_path
 
 __all__ = [
     "MODEL_SIZES",

@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from benchmarks import efficiency_report as eff
-from lib.model.local_attention import choose_block_size
+from lib.model.local_attention import (
+    choose_block_size,
+)
 from lib.params import EfficiencyParams, ParamError, parse_section
 
 D, F = 256, 2048

@@ -300,7 +300,10 @@ def test_attention_fp32_reaches_every_encoder_layer_and_stays_out_of_default_con
 
 
 def test_dense_band_is_cheaper_only_for_short_16_bit_sequences_on_cpu():
-    from lib.model.local_attention import DENSE_BAND_MAX_LEN, dense_band_is_cheaper
+    from lib.model.local_attention import (
+    DENSE_BAND_MAX_LEN,
+    dense_band_is_cheaper,
+)
 
     cpu = torch.device("cpu")
     assert dense_band_is_cheaper(DENSE_BAND_MAX_LEN, torch.bfloat16, cpu)

@@ -6,7 +6,9 @@ import torch
 
 from lib.model.checkpoint import load_decoder_layers, load_encoder
 from lib.model.attention import FullAttention, LocalAttention, build_attention
-from lib.model.local_attention import band_mask
+from lib.model.local_attention import (
+    band_mask,
+)
 from lib.model.s2t_transformer import S2TTransformer, model_config
 
 

@@ -250,9 +250,9 @@ class SelfAttention(nn.Module):
 
     def forward_packed(self, x: Tensor, packing) -> Tensor:
         """x (T, d), the valid rows of the batch end to end (``packing``: a
-        :class:`lib.model.local_attention.Packing`) -> (T, d): the same projections and output projection
-        as :meth:`forward`, the core by :func:`lib.model.local_attention.packed_attention`."""
-        from lib.model.local_attention import packed_attention
+        :class:`lib.model.cuda_attention.Packing`) -> (T, d): the same projections and output projection
+        as :meth:`forward`, the core by :func:`lib.model.cuda_attention.packed_attention`."""
+        from lib.model.cuda_attention import packed_attention
 
         T = x.shape[0]
 

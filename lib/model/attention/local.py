@@ -26,7 +26,8 @@ class LocalAttention(SelfAttention):
         self.window = window
 
     def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
-        from lib.model.local_attention import attention_path, local_attention, sdpa_band_attention
+        from lib.model.cuda_attention import sdpa_band_attention
+        from lib.model.local_attention import attention_path, local_attention
 
         # The kernel for this call (lib.model.local_attention.attention_path): on CPU the blocked kernel,
         # or the dense band for short 16-bit sequences, as before; on CUDA in this (padded) layout SDPA

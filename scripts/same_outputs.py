@@ -1,0 +1,89 @@
+"""Whether two revisions of the project write the same pipeline outputs, byte for byte: the check a
+refactor owes (it must not move a number). For each revision, a git worktree, the tests' tiny demo
+pipeline (tests/dvc_repo.py: its TINY params over that revision's params.yaml) run by
+`scripts/repro.py -j 2`, and the md5 of every output its dvc.lock records; then the two side by side.
+
+    python scripts/same_outputs.py                  # HEAD~1 against HEAD
+    python scripts/same_outputs.py REV_A REV_B      # e.g. main my-branch
+
+Prints the outputs that differ and exits 1 when any does, except ``timing.json`` (wall seconds, never
+the same twice). About 4 min per revision on 2 cores. Both revisions run on this machine with this
+checkout's venv: same seed, same machine, same outputs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Outputs that hold wall-clock seconds: they differ between any two runs.
+TIMING = ("timing.json",)
+
+_RUN_TINY = r"""
+import json, os, subprocess, sys
+from pathlib import Path
+import yaml
+tree, dest = Path(sys.argv[1]), Path(sys.argv[2])
+sys.path.insert(0, str(tree / "tests"))
+import dvc_repo
+params = yaml.safe_load((tree / "params.yaml").read_text())
+root = dvc_repo.make_repo(dest, dvc_repo.merge(params, dvc_repo.TINY))
+env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+subprocess.run([sys.executable, "scripts/repro.py", "-j", "2"], cwd=root, env=env, check=True,
+               stdout=subprocess.DEVNULL)
+lock = yaml.safe_load((root / "dvc.lock").read_text())
+print(json.dumps({o["path"]: o["md5"] for st in lock["stages"].values() for o in st.get("outs", [])}))
+"""
+
+
+def outputs(rev: str, work: Path) -> dict[str, str]:
+    """{output path: md5} of the tiny pipeline at ``rev``."""
+    tree = work / f"tree-{rev.replace('/', '_')}"
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), rev], cwd=ROOT, check=True)
+    try:
+        print(f"{rev}: running the tiny pipeline ...", flush=True)
+        out = subprocess.run([sys.executable, "-c", _RUN_TINY, str(tree), str(work / f"repo-{rev.replace('/', '_')}")],
+                             cwd=tree, check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+
+def compare(a: dict[str, str], b: dict[str, str]) -> list[str]:
+    """Outputs that differ or exist on one side only, timing files aside."""
+    out = []
+    for path in sorted(set(a) | set(b)):
+        if Path(path).name in TIMING:
+            continue
+        if path not in a or path not in b:
+            out.append(f"{path}: only in {'the second' if path not in a else 'the first'} revision")
+        elif a[path] != b[path]:
+            out.append(f"{path}: {a[path]} != {b[path]}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("revs", nargs="*", help="two revisions (default: HEAD~1 HEAD)")
+    args = ap.parse_args(argv)
+    if len(args.revs) not in (0, 2):
+        ap.error("give two revisions, or none")
+    a_rev, b_rev = args.revs or ["HEAD~1", "HEAD"]
+    with tempfile.TemporaryDirectory(prefix="same-outputs-") as tmp:
+        a, b = outputs(a_rev, Path(tmp)), outputs(b_rev, Path(tmp))
+    differ = compare(a, b)
+    same = sum(a[p] == b[p] for p in set(a) & set(b))
+    print(f"{a_rev} vs {b_rev}: {len(a)} / {len(b)} outputs, {same} the same"
+          + " (timing.json holds wall seconds: never compared)")
+    for line in differ:
+        print("  " + line)
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
