@@ -5,7 +5,7 @@ complexity of a layer from O(n^2) to O(n * w); ``benchmarks/encoder_efficiency.p
 measures it.  This module, next to it, holds everything of that benchmark that is not
 timing: the FLOP model the measured speedups are compared with, the flat
 ``metrics/efficiency.json``, the Markdown table ``metrics/efficiency.md`` and the plot.
-The benchmark's ``efficiency`` params are typed in ``lib/params.py`` (``EfficiencyParams``).
+The benchmark's ``efficiency`` params are typed in ``lib/params/`` (``EfficiencyParams``).
 Not a pipeline dependency: import it as ``from benchmarks import efficiency_report``
 (with the repository root on ``sys.path``).
 

@@ -61,7 +61,7 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundation", ["lib/__init__.py", "lib/io.py", "lib/layout.py", "lib/pool.py", "lib/parallel.py",
                     "lib/paper.py", "lib/stats.py", "lib/model/config.py", "lib/model/spec.py"]),
-    ("params", ["lib/params.py", "lib/precision.py"]),
+    ("params", ["lib/params/", "lib/precision.py"]),
     ("model, data, corpus", ["lib/model/", "lib/data/", "lib/corpus/"]),
     ("decode", ["lib/decode/"]),
     ("train", ["lib/train/"]),
@@ -111,7 +111,7 @@ def test_no_import_runs_up_a_layer() -> None:
 
 def test_the_layer_check_finds_an_upward_import() -> None:
     graph = {"lib/analysis/extract.py": {"lib/train/checkpoint.py", "lib/model/checkpoint.py"},
-             "lib/params.py": {"lib/model/config.py"}, "lib/precision.py": {"lib/train/criterion.py"}}
+             "lib/params/__init__.py": {"lib/model/config.py"}, "lib/precision.py": {"lib/train/criterion.py"}}
     assert upward_imports(graph) == [
         "lib/precision.py (params) imports lib/train/criterion.py (train)"]
     assert layer_of("lib/model/spec.py") == 0 and layer_of("lib/model/attention/base.py") == 2

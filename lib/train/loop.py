@@ -1,6 +1,6 @@
 """The training loop: ASR pretraining and ST training share it (fairseq's S2T MuST-C recipe).
 
-Read top to bottom: :class:`TrainConfig` (lib/params.py) holds plain values; :func:`decide_resume`
+Read top to bottom: :class:`TrainConfig` (lib/params/) holds plain values; :func:`decide_resume`
 (lib/train/resume.py) decides, once per run, whether ``<out>/checkpoints/last.pt`` is resumed: only when it was made with
 the same config (the same fingerprint of ``{"train": cfg, **run_config}``); a ``last.pt`` of another
 config is moved aside to ``last.stale-<its fingerprint>.pt`` (keeping at most one such file) and the

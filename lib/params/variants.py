@@ -1,0 +1,250 @@
+"""The params.yaml sections of the controls and the attention variants: smoothing, controls, multi
+(head selection)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+from lib.params.base import PAIR_PATTERN, ParamError
+
+
+SMOOTHING_SYSTEM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def _default_smoothing_defs() -> dict[str, dict[str, Any]]:
+    """The paper's systems (docs/variants.md): γ = 0.1, k = 13 (reading A7: the paper gives no values)."""
+    return {
+        "relaxed_enc": {"prior": "uniform", "gamma": 0.1, "train_only": True, "where": ["encoder"]},
+        "relaxed_cross": {"prior": "uniform", "gamma": 0.1, "train_only": True, "where": ["cross"]},
+        "band": {"prior": "band", "gamma": 0.1, "k": 13, "where": ["encoder"]},
+        "prev": {"prior": "prev", "recursive": False, "gamma": 0.1, "where": ["encoder"]},
+        "rec": {"prior": "prev", "recursive": True, "gamma": 0.1, "where": ["encoder"]},
+        "rec_all": {"prior": "prev", "recursive": True, "gamma": 0.1, "where": ["encoder", "decoder_self", "cross"]},
+        "rec_pred_all": {"prior": "prev", "recursive": True, "gamma": "predicted",
+                         "where": ["encoder", "decoder_self", "cross"]},
+    }
+
+
+@dataclass(frozen=True)
+class SmoothingParams:
+    """``smoothing``: attention smoothing with priors (Maekaku et al.; docs/variants.md), opt-in.
+
+    ``systems`` names entries of ``defs`` to train (stage train_smoothing, one run per system x pair x
+    seed, same ASR model and ``train_st`` hyperparameters as the baseline of the same seed); [] (the
+    default) creates no stage at all. ``asr_systems``: systems whose ASR model is also pretrained
+    with the same smoothing (stage train_asr_smoothing); the others start from runs/asr/<pair>.
+    ``defs``: name -> smoothing definition (keys of :data:`lib.model.spec.SMOOTHING_KEYS`), checked
+    here against the model's depth, so a bad definition stops before any training.
+
+    ``variant_lr``: the peak lr of the priors' own parameters (band logits, the predicted gate's vector
+    and bias), in an optimizer group of their own (``TrainConfig.variant_lr``, lib.train.loop.make_optimizer):
+    not under ``train_st.encoder_lr_scale`` (meant for the pretrained encoder, not for parameters that
+    start from their initialisation) and without weight decay. Default 0.025: under Adam a parameter
+    moves at most about Σ_t lr_t over a run, which is 204 × the peak lr on the ST schedule (360 updates,
+    warm-up 60, inverse_sqrt) -- 0.06 at the encoder's 0.2 × 1.5e-3, too little to move the gate's
+    bias from logit(0.1) = -2.2 to logit(0.5) = 0 or a band logit of ln 100 = 4.6 (a gate that moved
+    at most 0.18). 0.025 gives a cap of 5.1 logit units: either can move when the gradient keeps its
+    sign, while gradient noise alone moves a logit by about the peak lr × sqrt(Σ_t (lr_t / lr)²) =
+    0.025 × 11.3 = 0.28 (the random walk of Adam's normalised steps)."""
+
+    systems: list[str] = field(default_factory=list)
+    pairs: list[str] = field(default_factory=lambda: ["en-de"])
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    asr_systems: list[str] = field(default_factory=list)
+    defs: dict[str, dict[str, Any]] = field(default_factory=_default_smoothing_defs)
+    variant_lr: float = 0.025
+
+    def validate(self, prefix: str) -> None:
+        if not self.variant_lr > 0:
+            raise ParamError(f"{prefix}.variant_lr: must be > 0, got {self.variant_lr}")
+        for name in self.defs:
+            if not SMOOTHING_SYSTEM_NAME.match(name):
+                raise ParamError(f"{prefix}.defs.{name}: a system name must be lower-case letters, digits and "
+                                 f"'_' (it names folders and metrics keys)")
+        for key in ("systems", "asr_systems"):
+            values = getattr(self, key)
+            for i, name in enumerate(values):
+                if name not in self.defs:
+                    raise ParamError(f"{prefix}.{key}[{i}]: unknown system {name!r}; defined in "
+                                     f"{prefix}.defs: {sorted(self.defs)}")
+            if len(set(values)) != len(values):
+                raise ParamError(f"{prefix}.{key}: duplicates in {values}")
+        for i, name in enumerate(self.asr_systems):
+            if name not in self.systems:
+                raise ParamError(f"{prefix}.asr_systems[{i}]: {name!r} is not in {prefix}.systems {self.systems} "
+                                 f"(its smoothed ASR model would train for nothing)")
+        for i, pair in enumerate(self.pairs):
+            if not PAIR_PATTERN.match(pair):
+                raise ParamError(f"{prefix}.pairs[{i}]: expected a pair like 'en-de', got {pair!r}")
+        if len(set(self.pairs)) != len(self.pairs) or len(set(self.seeds)) != len(self.seeds):
+            raise ParamError(f"{prefix}: duplicates in pairs {self.pairs} or seeds {self.seeds}")
+
+    def check_defs(self, encoder_layers: int, decoder_layers: int, prefix: str = "smoothing") -> None:
+        """Every definition against the model's depth (ValueError -> ParamError naming the key)."""
+        from lib.model.spec import smoothing_model_specs
+
+        for name, sdef in self.defs.items():
+            try:
+                smoothing_model_specs([{"type": "full"}] * encoder_layers, sdef, decoder_layers,
+                                      key=f"{prefix}.defs.{name}")
+            except ValueError as e:
+                raise ParamError(str(e)) from None
+
+
+@dataclass(frozen=True)
+class ControlsParams:
+    """``controls``: controls for Algorithm 1 (docs/results.md), opt-in.
+
+    ``systems`` (default [] = no training stage): ``local_uniform`` (layers full_layers+1..L at one
+    window, the mean of Algorithm 1's windows rounded to the nearest odd width, ties up) and
+    ``local_shuffled`` (Algorithm 1's windows permuted across those layers with ``shuffle_seed``);
+    lib.model.spec has the rules. Stage train_control trains each for every pair and seed like
+    `local` (same ``train_st``). ``asr_systems``: the controls whose ASR model follows local's fork rule
+    with the control's own windows (stage train_asr_control: the shared ASR training forked
+    ``asr.fork_updates`` updates before its end and finished with, per layer, the widest of every pair's
+    control windows, as train_asr_local_shared does with Algorithm 1's); the other controls start from
+    the local system's ASR model runs/asr_local/<pair>, finished with Algorithm 1's windows (cheaper, but
+    biased towards Algorithm 1). Needs ``local.asr_pretraining: fork`` with ``local.fork: shared``.
+    ``band_seeds`` (default [] = no stage): the seeds whose ST baseline gets the inference band test of
+    every configuration (stage band_test, per pair and seed)."""
+
+    systems: list[str] = field(default_factory=list)
+    asr_systems: list[str] = field(default_factory=list)
+    shuffle_seed: int = 1
+    band_seeds: list[int] = field(default_factory=list)
+
+    def validate(self, prefix: str) -> None:
+        from lib.model.spec import CONTROL_SYSTEMS
+
+        for i, name in enumerate(self.systems):
+            if name not in CONTROL_SYSTEMS:
+                raise ParamError(f"{prefix}.systems[{i}]: unknown control {name!r}; known: {list(CONTROL_SYSTEMS)}")
+        if len(set(self.systems)) != len(self.systems):
+            raise ParamError(f"{prefix}.systems: duplicates in {self.systems}")
+        for i, name in enumerate(self.asr_systems):
+            if name not in self.systems:
+                raise ParamError(f"{prefix}.asr_systems[{i}]: {name!r} is not in {prefix}.systems {self.systems} "
+                                 f"(its ASR fork would train for nothing)")
+        if len(set(self.asr_systems)) != len(self.asr_systems):
+            raise ParamError(f"{prefix}.asr_systems: duplicates in {self.asr_systems}")
+        if len(set(self.band_seeds)) != len(self.band_seeds):
+            raise ParamError(f"{prefix}.band_seeds: duplicates in {self.band_seeds}")
+        if self.shuffle_seed < 0:
+            raise ParamError(f"{prefix}.shuffle_seed: must be >= 0, got {self.shuffle_seed}")
+
+
+MULTI_SYSTEMS = ("baseline", "subset", "group", "baseline_h8")
+HEAD_SELECTION_SIDES = ("encoder_self", "decoder_self")
+
+
+@dataclass(frozen=True)
+class HeadSelectionParams:
+    """``multi.head_selection`` (Gong et al.; docs/variants.md): H' candidate heads per layer of
+    which each task (target language) selects the model's H (``model`` size's n_heads).
+
+    ``estimator``: ``gumbel`` (default) = straight-through Gumbel-softmax whose backward pass compares
+    every candidate with the selected one (within each group for ``group``, over all candidates for
+    ``subset``), Gumbel noise scaled from ``noise_start`` to ``noise_end`` (geometric, over
+    ``anneal_updates``) so that late training draws are the evaluated selection; ``paper`` = the paper's
+    Gumbel-sigmoid straight-through (selected heads only, unit logistic noise; the noise keys are
+    ignored). ``anneal_updates`` null: the run's length (``multi.max_updates``).
+
+    ``variant_lr``: the peak lr of the selection logits, an optimizer group of their own outside
+    ``train_st.encoder_lr_scale`` and weight decay (``TrainConfig.variant_lr``). Default 0.025: Adam
+    moves a logit at most about Σ_t lr_t = 419 × the peak lr over 1080 updates (3 × 360, warm-up 60,
+    inverse_sqrt), i.e. 0.63 at train_st's 1.5e-3 and 0.13 for the encoder's logits at 0.2 × that,
+    against a median gap of 1.35 between the two members of a group at initialisation
+    (|u1 - u2|, u ~ U(ln 0.01, 0)); 0.025 gives a cap of 10.5, several gaps for a gradient that keeps
+    its sign, while gradient noise alone moves a logit by about 0.025 × sqrt(Σ_t (lr_t / lr)²) =
+    0.025 × 13.9 = 0.35, a quarter of the median gap.
+
+    ``subset_init_lead``: null keeps subset's aligned start (:func:`lib.model.attention.aligned_subset_logits_`),
+    whose selected candidates lead the best unselected one by 1.8-6 logits (median 4.6 in the demo's
+    runs), more than a run moves them; a number sets every task's selected candidates to exactly that
+    lead over its best unselected candidate (:func:`lib.model.attention.set_subset_lead_`), so that the
+    selection can change. The first evaluated selection is the aligned one either way."""
+
+    candidates: int = 8  # H'
+    apply_to: list[str] = field(default_factory=lambda: list(HEAD_SELECTION_SIDES))
+    tau_start: float = 5.0  # temperature of the relaxation, annealed geometrically over anneal_updates
+    tau_end: float = 5.0
+    anneal_updates: int | None = None  # null: the run's length
+    kl_weight: float | str = 0.0  # λ of the KL to the prior p(z=1) = H/H'; "elbo": the paper's Eq. 3 weight
+    estimator: str = "gumbel"  # gumbel | paper
+    noise_start: float = 1.0  # Gumbel noise scale (gumbel estimator), annealed to noise_end
+    noise_end: float = 0.1
+    variant_lr: float = 0.025
+    subset_init_lead: float | None = None  # null: subset's aligned start as lib.model.attention builds it
+
+    def validate(self, prefix: str) -> None:
+        if self.candidates < 1:
+            raise ParamError(f"{prefix}.candidates: must be >= 1, got {self.candidates}")
+        bad = [s for s in self.apply_to if s not in HEAD_SELECTION_SIDES]
+        if bad or not self.apply_to:
+            raise ParamError(f"{prefix}.apply_to: expected a non-empty subset of {list(HEAD_SELECTION_SIDES)}, "
+                             f"got {self.apply_to}")
+        if not (self.tau_start > 0 and self.tau_end > 0):
+            raise ParamError(f"{prefix}.tau_start / tau_end: must be > 0, got {self.tau_start} / {self.tau_end}")
+        if self.anneal_updates is not None and self.anneal_updates < 1:
+            raise ParamError(f"{prefix}.anneal_updates: must be >= 1 or null (the run's length), got {self.anneal_updates}")
+        from lib.model.config import HEAD_SELECTION_ESTIMATORS
+
+        if self.estimator not in HEAD_SELECTION_ESTIMATORS:
+            raise ParamError(f"{prefix}.estimator: expected one of {list(HEAD_SELECTION_ESTIMATORS)}, got {self.estimator!r}")
+        if not (self.noise_start >= 0 and self.noise_end >= 0) or self.noise_end > self.noise_start:
+            raise ParamError(f"{prefix}.noise_start / noise_end: need 0 <= noise_end <= noise_start, got "
+                             f"{self.noise_start} / {self.noise_end}")
+        if not self.variant_lr > 0:
+            raise ParamError(f"{prefix}.variant_lr: must be > 0, got {self.variant_lr}")
+        if self.subset_init_lead is not None and not self.subset_init_lead > 0:
+            raise ParamError(f"{prefix}.subset_init_lead: must be > 0 or null, got {self.subset_init_lead}")
+        if isinstance(self.kl_weight, str) and self.kl_weight != "elbo":
+            raise ParamError(f"{prefix}.kl_weight: a number >= 0 or 'elbo', got {self.kl_weight!r}")
+        if not isinstance(self.kl_weight, str) and self.kl_weight < 0:
+            raise ParamError(f"{prefix}.kl_weight: must be >= 0, got {self.kl_weight}")
+
+
+@dataclass(frozen=True)
+class MultiParams:
+    """``multi``: one multilingual ST model over all ``pairs`` (Gong et al.), opt-in.
+
+    ``systems`` (default [] = no training stage): ``baseline`` (H heads, target-language tag only),
+    ``subset`` / ``group`` (head selection, H of ``head_selection.candidates``), ``baseline_h8`` (twice
+    the heads, no selection: the paper's H = 8 row). The joint vocabulary (stage prepare_multi) is
+    always built: it is cheap. ``asr_init``: the pair whose ASR model (runs/asr/<pair>) initialises
+    the encoder. ``max_updates``: the multilingual run's length, null (the default) = 3 ×
+    ``train_st.max_updates`` (three languages' worth of the bilingual runs: :meth:`run_updates`); the
+    other training settings are ``train_st``'s."""
+
+    systems: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [1])
+    vocab_size: int = 768
+    asr_init: str = "en-de"
+    max_updates: int | None = None
+    head_selection: HeadSelectionParams = field(default_factory=HeadSelectionParams)
+
+    #: multi.max_updates when null: this many times the bilingual run's train_st.max_updates.
+    BILINGUAL_FACTOR = 3
+
+    def run_updates(self, bilingual_updates: int) -> int:
+        """The multilingual run's length: ``max_updates`` when set, else :attr:`BILINGUAL_FACTOR` ×
+        ``bilingual_updates`` (``train_st.max_updates``)."""
+        return self.max_updates if self.max_updates is not None else self.BILINGUAL_FACTOR * bilingual_updates
+
+    def validate(self, prefix: str) -> None:
+        for i, name in enumerate(self.systems):
+            if name not in MULTI_SYSTEMS:
+                raise ParamError(f"{prefix}.systems[{i}]: unknown system {name!r}; known: {list(MULTI_SYSTEMS)}")
+        if len(set(self.systems)) != len(self.systems) or len(set(self.seeds)) != len(self.seeds):
+            raise ParamError(f"{prefix}: duplicates in systems {self.systems} or seeds {self.seeds}")
+        if not self.seeds:
+            raise ParamError(f"{prefix}.seeds: empty; list at least one seed, e.g. [1]")
+        if self.vocab_size < 8:
+            raise ParamError(f"{prefix}.vocab_size: must be >= 8, got {self.vocab_size}")
+        if not PAIR_PATTERN.match(self.asr_init):
+            raise ParamError(f"{prefix}.asr_init: expected a pair like 'en-de', got {self.asr_init!r}")
+        if self.max_updates is not None and self.max_updates < 1:
+            raise ParamError(f"{prefix}.max_updates: must be >= 1 or null (3 x train_st.max_updates), "
+                             f"got {self.max_updates}")
