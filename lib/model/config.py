@@ -178,6 +178,17 @@ MODEL_SIZES: dict[str, dict[str, Any]] = {
 }
 
 
+def odd_window(window: Any, what: str, *, optional: bool = False) -> int | None:
+    """``window`` checked once for every attention kind: a positive odd int (a centred band,
+    |i - j| <= (w - 1) / 2), or None where ``optional``; ValueError "``what`` must be a positive odd
+    integer ..." otherwise."""
+    if optional and window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
+        raise ValueError(f"{what} must be a positive odd integer{' or None' if optional else ''}, got {window!r}")
+    return window
+
+
 def model_config(size: str, **overrides: Any) -> ModelConfig:
     """``model_config("s", vocab_size=8000)``; ValueError naming an unknown size or key."""
     if size not in MODEL_SIZES:

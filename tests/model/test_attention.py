@@ -383,3 +383,17 @@ def test_local_attention_takes_the_dense_band_path_in_bf16_on_cpu_only_for_short
             runs.append(local(x, mask).out)
     assert len(calls) == 3
     torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bad", [0, 2, -3, 4.0, True, "13", None])
+def test_every_kind_checks_its_window_with_one_rule(bad):
+    """lib.model.config.odd_window: one rule (a positive odd int), the key named, for every kind."""
+    from lib.model.config import odd_window
+
+    for spec, what in (({"type": "local"}, "local attention window"), ({"type": "banded"}, "banded attention window")):
+        with pytest.raises(ValueError, match=f"{what} must be a positive odd integer, got"):
+            build_attention({**spec, "window": bad}, 16, 4, 0.0)
+    if bad is not None:
+        with pytest.raises(ValueError, match="smooth.window: must be a positive odd integer or None"):
+            odd_window(bad, "smooth.window:", optional=True)
+    assert odd_window(None, "x", optional=True) is None and odd_window(13, "x") == 13

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lib.model.config import odd_window
 from lib.model.attention.base import band_bias, register_attention
 from lib.model.attention.full import FullAttention
 
@@ -17,8 +18,7 @@ class BandedAttention(FullAttention):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, *, window: int, rel_pos_max: int = 0) -> None:
         super().__init__(d_model, n_heads, dropout, rel_pos_max=rel_pos_max)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
-            raise ValueError(f"banded attention window must be a positive odd integer, got {window!r}")
+        odd_window(window, "banded attention window")
         self.window = window
 
     def score_bias(self, key_padding_mask: Tensor | None, n: int, dtype: torch.dtype) -> Tensor | None:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lib.model.config import head_selection_options
+from lib.model.config import head_selection_options, odd_window
 from lib.model.attention.full import FullAttention
 from lib.model.attention.local import LocalAttention
 from lib.model.attention.base import AttentionOutput, SelfAttention, VariantParameter, register_attention
@@ -385,9 +385,7 @@ class HeadSelectionAttention(HeadSelection, SelfAttention):
         if rel_pos_max:
             raise ValueError("head_select: the relative-position bias (model.overrides.rel_pos_bias) is not "
                              "implemented for head selection")
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1
-                                   or window % 2 == 0):
-            raise ValueError(f"head_select.window: must be a positive odd integer or None, got {window!r}")
+        odd_window(window, "head_select.window:", optional=True)
         if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
             raise ValueError(f"head_select.candidates: must be a positive integer, got {candidates!r}")
         super().__init__(d_model, n_heads, dropout, proj_heads=candidates)

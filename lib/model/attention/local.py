@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from lib.model.config import odd_window
 from lib.model.attention.base import SelfAttention, band_bias, register_attention
 
 
@@ -21,8 +22,7 @@ class LocalAttention(SelfAttention):
             raise ValueError("the relative-position bias (model.overrides.rel_pos_bias, a diagnostic control) "
                              "is not implemented for local attention")
         super().__init__(d_model, n_heads, dropout)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
-            raise ValueError(f"local attention window must be a positive odd integer, got {window!r}")
+        odd_window(window, "local attention window")
         self.window = window
 
     def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):

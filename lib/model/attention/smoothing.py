@@ -6,7 +6,7 @@ import math
 import torch
 from torch import Tensor
 
-from lib.model.config import BAND_INIT_LOGIT, smoothing_options
+from lib.model.config import BAND_INIT_LOGIT, odd_window, smoothing_options
 from lib.model.attention.full import FullAttention
 from lib.model.attention.local import LocalAttention
 from lib.model.attention.base import AttentionOutput, SelfAttention, VariantParameter, mask_bias, register_attention
@@ -150,9 +150,7 @@ class SmoothedAttention(SelfAttention):
         opts = smoothing_options(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
                                  band_outside=band_outside, per_head=per_head, gate_init=gate_init,
                                  band_init_width=band_init_width, key="smooth")
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1
-                                   or window % 2 == 0):
-            raise ValueError(f"smooth.window: must be a positive odd integer or None, got {window!r}")
+        odd_window(window, "smooth.window:", optional=True)
         if window is not None and rel_pos_max:
             raise ValueError("the relative-position bias (model.overrides.rel_pos_bias) is not implemented for "
                              "local attention (smooth.window)")
