@@ -76,7 +76,11 @@ def load_model(path: str | os.PathLike, *, producer: str | None = None, device: 
                ) -> tuple[S2TTransformer, dict]:
     """Rebuild the model of a model file, in eval mode on ``device``. Returns ``(model, meta)``: meta is
     the file's other entries plus ``model_config`` (as a dict). Errors as :func:`read_model_state`."""
-    state = read_model_state(path, producer=producer)
+    return model_from_state(read_model_state(path, producer=producer), device=device)
+
+
+def model_from_state(state: dict[str, Any], *, device: str | torch.device = "cpu") -> tuple[S2TTransformer, dict]:
+    """:func:`load_model` on a model file's dict already read (:func:`read_model_state` or :func:`load`)."""
     cfg = ModelConfig.from_dict(state["model_config"])
     model = S2TTransformer(cfg)
     model.load_state_dict(state["model"])

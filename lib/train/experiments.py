@@ -216,7 +216,7 @@ def adopt_shared_asr(p: Params, root: Path, pair: str, *, progress: bool = True,
     spec = spec_from_params(p, root, system, pair)
     device = auto_device()
     amp = resolve_amp(spec.train.amp, device)
-    model, _ = model_file.load_model(src.model, device=device)
+    model, _ = model_file.model_from_state(state, device=device)  # the state read above: one read
     test_ds = SpeechDataset(spec.prepared_dir, spec.test_split, "asr",
                             vocab_dir=root / p.data.prepared_dir / p.asr.shared_pair)
     t0 = time.perf_counter()

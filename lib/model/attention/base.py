@@ -289,21 +289,32 @@ def load_variant(kind: str) -> None:
     if kind not in ATTENTION_VARIANTS and kind in VARIANT_MODULES:
         importlib.import_module(VARIANT_MODULES[kind])
 
-_S = TypeVar("_S", bound=type[SelfAttention])
+_C = TypeVar("_C", bound=type)
 
 
-def register_attention(name: str) -> Callable[[_S], _S]:
-    """Class decorator: ``@register_attention("local")`` adds the class to the registry."""
+def registrar(registry: Callable[[], dict[str, type]], base: type,
+              what: str) -> Callable[[str], Callable[[_C], _C]]:
+    """A class decorator factory that adds ``base`` subclasses by name to the dict ``registry()`` returns
+    (one per role: the encoder's here, the decoder's in lib/model/attention/decoder.py; read at each
+    registration, so a test may swap the module's dict); ``what`` names the role in errors."""
 
-    def deco(cls: _S) -> _S:
-        if not (isinstance(cls, type) and issubclass(cls, SelfAttention)):
-            raise TypeError(f"{cls!r} is not a SelfAttention subclass")
-        if name in ATTENTION_VARIANTS and ATTENTION_VARIANTS[name] is not cls:
-            raise ValueError(f"attention variant {name!r} is already registered")
-        ATTENTION_VARIANTS[name] = cls
-        return cls
+    def register(name: str) -> Callable[[_C], _C]:
+        def deco(cls: _C) -> _C:
+            if not (isinstance(cls, type) and issubclass(cls, base)):
+                raise TypeError(f"{cls!r} is not a {base.__name__} subclass")
+            known = registry()
+            if name in known and known[name] is not cls:
+                raise ValueError(f"{what} {name!r} is already registered")
+            known[name] = cls
+            return cls
 
-    return deco
+        return deco
+
+    return register
+
+
+#: Class decorator: ``@register_attention("local")`` adds the class to the registry.
+register_attention = registrar(lambda: ATTENTION_VARIANTS, SelfAttention, "attention variant")
 
 
 class VariantParameter(nn.Parameter):

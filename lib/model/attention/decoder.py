@@ -5,13 +5,12 @@ modules). :func:`build_decoder_attention` builds a layer's module from a validat
 from __future__ import annotations
 
 import math
-from typing import Callable, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lib.model.attention.base import AttentionOutput, explicit_on_cpu, load_variant, mask_bias
+from lib.model.attention.base import AttentionOutput, explicit_on_cpu, load_variant, mask_bias, registrar
 from lib.model.dropout import dropout
 
 
@@ -164,21 +163,9 @@ class MultiheadAttention(nn.Module):
 # Decoder attention variants by spec type (ModelConfig.decoder_self_attention / cross_attention).
 DECODER_ATTENTION_VARIANTS: dict[str, type[MultiheadAttention]] = {}
 
-_D = TypeVar("_D", bound=type[MultiheadAttention])
-
-
-def register_decoder_attention(name: str) -> Callable[[_D], _D]:
-    """Class decorator: ``@register_decoder_attention("smooth")`` adds a decoder variant to the registry."""
-
-    def deco(cls: _D) -> _D:
-        if not (isinstance(cls, type) and issubclass(cls, MultiheadAttention)):
-            raise TypeError(f"{cls!r} is not a MultiheadAttention subclass")
-        if name in DECODER_ATTENTION_VARIANTS and DECODER_ATTENTION_VARIANTS[name] is not cls:
-            raise ValueError(f"decoder attention variant {name!r} is already registered")
-        DECODER_ATTENTION_VARIANTS[name] = cls
-        return cls
-
-    return deco
+#: Class decorator: ``@register_decoder_attention("smooth")`` adds a decoder variant to the registry.
+register_decoder_attention = registrar(lambda: DECODER_ATTENTION_VARIANTS, MultiheadAttention,
+                                       "decoder attention variant")
 
 
 def build_decoder_attention(spec: dict | None, d_model: int, n_heads: int, dropout: float, *,
