@@ -1,5 +1,5 @@
 """Stage `prepare`: fbank features, manifests and SentencePiece models for one language pair,
-read from the MuST-C v1 root in params (`data.mustc_root`: the demo corpus or a real copy).
+read from the corpus root in params (`data.mustc_root`: the demo corpus or a real MuST-C copy).
 
     python stages/prepare.py en-de
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from _common import ROOT, run_stage, stage_params
 
-from lib.data.mustc import CorpusError
+from lib.data.reader import CorpusError
 from lib.data.prepare import prepare_pair
 from lib.data.store import InsufficientSpaceError
 from lib.params import ParamError

@@ -2,7 +2,9 @@
 
 fairseq's S2T MuST-C recipe (``examples/speech_to_text/prep_mustc_data.py``), reorganised:
 
-1. **Validate everything first** (cheap): read every split's yaml and texts (:func:`read_split`),
+0. **Pick the reader** for the layout at the corpus root (:func:`lib.data.corpora.open_corpus`;
+   MuST-C v1 is the first). Everything below goes through it, nothing reads the layout itself.
+1. **Validate everything first** (cheap): read every split's yaml and texts (``read_split``),
    check every referenced wav exists and probe its header (16 kHz mono, length), check every
    segment lies inside its talk and that no text holds a tab or carriage return (TSV-safe).
    Bad input fails here, before any heavy work, with a :class:`CorpusError` naming the file.
@@ -52,17 +54,8 @@ from tqdm import tqdm
 
 from lib.data.features import fbank, num_frames
 from lib.data.manifest import MANIFEST_COLUMNS, read_manifest, tsv_writer  # noqa: F401 (re-exported)
-from lib.data.mustc import (
-    SAMPLE_RATE,
-    CorpusError,
-    Segment,
-    cut_segment,
-    load_talk,
-    probe_talk,
-    read_split,
-    segment_bounds,
-    yaml_path_for,
-)
+from lib.data.corpora import open_corpus
+from lib.data.reader import CorpusError, CorpusReader, Segment
 from lib.data.store import FeatureStoreWriter, check_free_space, store_nbytes
 from lib.params import ParamError, PrepareParams
 from lib.data.vocab import SentencePieceError, train_sentencepiece
@@ -98,26 +91,27 @@ class _SplitPlan:
 # --------------------------------------------------------------------------- validation + plan
 
 
-def _check_tsv_safe(segments: list[Segment], split: str, pair: str) -> None:
+def _check_tsv_safe(reader: CorpusReader, segments: list[Segment], split: str) -> None:
     """CorpusError (file + line / entry) for a text with a tab or CR, or a speaker id with a tab or
     line break: the TSV manifests are written without quoting or escaping."""
-    src_lang, _, tgt_lang = pair.partition("-")
+    src_lang, _, tgt_lang = reader.pair.partition("-")
     for i, seg in enumerate(segments):
         for text, lang in ((seg.src_text, src_lang), (seg.tgt_text, tgt_lang)):
             if "\t" in text or "\r" in text:
                 what = "a tab" if "\t" in text else "a carriage return (CRLF line ends?)"
-                where = yaml_path_for(seg.wav).parent / f"{split}.{lang}"
+                where = reader.text_file(split, lang)
                 raise CorpusError(f"{where}:{i + 1}: line {i + 1} contains {what}, which the TSV manifest cannot hold")
         if any(ch in seg.speaker for ch in "\t\r\n"):
-            raise CorpusError(f"{yaml_path_for(seg.wav)}: entry {i}: speaker_id {seg.speaker!r} contains a tab or line break")
+            raise CorpusError(f"{reader.listing_of(seg)}: entry {i}: speaker_id {seg.speaker!r} contains a tab or line break")
 
 
-def _plan_split(split: str, segments: list[Segment], talk_samples: dict[Path, int], cfg: PrepareParams,
-                sample_rate: int) -> _SplitPlan:
+def _plan_split(reader: CorpusReader, split: str, segments: list[Segment], talk_samples: dict[Path, int],
+                cfg: PrepareParams) -> _SplitPlan:
+    sample_rate = reader.sample_rate
     dropped = {r: 0 for r in DROP_REASONS}
     talks: dict[Path, list[_Item]] = {}
     for i, seg in enumerate(segments):
-        start, end = segment_bounds(seg, talk_samples[seg.wav], i, sample_rate)  # CorpusError if past the end
+        start, end = reader.segment_bounds(seg, talk_samples[seg.wav], i)  # CorpusError if past the end
         n = num_frames(end - start, sample_rate)
         if n < cfg.min_frames:
             reason = "too_short"
@@ -134,24 +128,24 @@ def _plan_split(split: str, segments: list[Segment], talk_samples: dict[Path, in
     return _SplitPlan(split, len(segments), list(talks.items()), dropped)
 
 
-def plan(mustc_root: Path, pair: str, cfg: PrepareParams, sample_rate: int = SAMPLE_RATE) -> list[_SplitPlan]:
+def plan(reader: CorpusReader, cfg: PrepareParams) -> list[_SplitPlan]:
     """Step 1 + 2: validate the whole input and decide what is kept (no audio decoding)."""
     cfg.validate()
-    per_split = {split: read_split(Path(mustc_root), pair, split) for split in cfg.splits}
+    per_split = {split: reader.read_split(split) for split in cfg.splits}
     for split, segments in per_split.items():
-        _check_tsv_safe(segments, split, pair)
+        _check_tsv_safe(reader, segments, split)
     talk_samples: dict[Path, int] = {}
     for segments in per_split.values():
         for seg in segments:
             if seg.wav not in talk_samples:
-                talk_samples[seg.wav] = probe_talk(seg.wav, sample_rate)
-    return [_plan_split(s, per_split[s], talk_samples, cfg, sample_rate) for s in cfg.splits]
+                talk_samples[seg.wav] = reader.probe_talk(seg.wav)
+    return [_plan_split(reader, s, per_split[s], talk_samples, cfg) for s in cfg.splits]
 
 
 # --------------------------------------------------------------------------- extraction
 
 
-_Task = tuple[str, list[tuple[Segment, int, int]], int, int]  # wav, [(segment, entry, n_frames)], n_mels, sr
+_Task = tuple[CorpusReader, str, list[tuple[Segment, int, int]], int]  # reader, wav, [(segment, entry, n_frames)], n_mels
 
 
 def _init_worker() -> None:
@@ -166,14 +160,14 @@ def _extract_talk(task: _Task) -> list[np.ndarray]:
     Module-level and driven only by its argument, so it works under any start method."""
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
-    wav, items, n_mels, sample_rate = task
-    talk = load_talk(Path(wav), sample_rate)
+    reader, wav, items, n_mels = task
+    talk = reader.load_talk(Path(wav))
     out = []
     for seg, entry, expected in items:
-        feats = fbank(cut_segment(talk, seg, entry, sample_rate), sample_rate, n_mels)
+        feats = fbank(reader.cut_segment(talk, seg, entry), reader.sample_rate, n_mels)
         if feats.shape[0] != expected:
             raise CorpusError(
-                f"{wav}: segment {seg.id} (entry {entry} of {yaml_path_for(seg.wav)}) gave {feats.shape[0]} "
+                f"{wav}: segment {seg.id} (entry {entry} of {reader.listing_of(seg)}) gave {feats.shape[0]} "
                 f"frames, expected {expected} from the file header (truncated or corrupted audio?)"
             )
         out.append(feats)
@@ -210,16 +204,16 @@ def _features(tasks: list[_Task], pool: Any | None, max_in_flight: int) -> Itera
                                hint=WORKER_DIED_HINT)
 
 
-def _write_split(p: _SplitPlan, tmp: Path, cfg: PrepareParams, pool: Any | None, pair: str,
-                 progress: bool, sample_rate: int) -> None:
+def _write_split(reader: CorpusReader, p: _SplitPlan, tmp: Path, cfg: PrepareParams, pool: Any | None,
+                 progress: bool) -> None:
     kept = p.kept
     total = sum(item.n_frames for item in kept)
     tasks: list[_Task] = [
-        (str(wav), [(it.segment, it.entry, it.n_frames) for it in items], cfg.n_mels, sample_rate)
+        (reader, str(wav), [(it.segment, it.entry, it.n_frames) for it in items], cfg.n_mels)
         for wav, items in p.talks
     ]
     rows = []
-    bar = tqdm(total=len(kept), desc=f"prepare {pair} {p.split}", unit="seg", disable=not progress)
+    bar = tqdm(total=len(kept), desc=f"prepare {reader.pair} {p.split}", unit="seg", disable=not progress)
     with bar, FeatureStoreWriter(tmp / f"{p.split}.fbank.npy", total, cfg.n_mels) as store, \
             closing(_features(tasks, pool, 2 * cfg.workers)) as results:
         for (wav, items), feats in zip(p.talks, results):
@@ -238,7 +232,8 @@ def _write_split(p: _SplitPlan, tmp: Path, cfg: PrepareParams, pool: Any | None,
 
 
 def prepare_pair(mustc_root: Path, pair: str, out_dir: Path, cfg: PrepareParams, progress: bool = True) -> dict:
-    """Prepare language pair ``pair`` of the MuST-C copy at ``mustc_root`` into ``out_dir``.
+    """Prepare language pair ``pair`` of the corpus at ``mustc_root`` into ``out_dir`` (the reader its layout
+    picks: :func:`lib.data.corpora.open_corpus`).
 
     Returns the report (also written to ``out_dir/report.json``): per split the segments read,
     kept, dropped by reason, talks, kept frames and kept audio seconds; the requested and actual
@@ -249,12 +244,14 @@ def prepare_pair(mustc_root: Path, pair: str, out_dir: Path, cfg: PrepareParams,
     SentencePiece cannot build; :class:`~lib.pool.WorkerDied` when a worker process dies. On any
     failure, KeyboardInterrupt included, no temporary folder is left and an old ``out_dir`` is kept.
     """
-    sample_rate = SAMPLE_RATE
-    plans = plan(Path(mustc_root), pair, cfg, sample_rate)
+    reader = open_corpus(Path(mustc_root), pair)
+    sample_rate = reader.sample_rate
+    plans = plan(reader, cfg)
     train = next(p for p in plans if p.split == cfg.train_split)
     train_kept = train.kept
     if not train_kept:
-        raise CorpusError(f"{Path(mustc_root) / pair / 'data' / cfg.train_split}: no segment of the train split survives the filters")
+        raise CorpusError(f"{reader.text_file(cfg.train_split, pair.partition('-')[0]).parent}: no segment of the "
+                          f"train split survives the filters")
 
     report: dict[str, Any] = {
         "pair": pair,
@@ -293,9 +290,9 @@ def prepare_pair(mustc_root: Path, pair: str, out_dir: Path, cfg: PrepareParams,
         if cfg.workers > 1:
             with worker_pool(cfg.workers, _start_method(), initializer=_init_worker) as pool:
                 for p in plans:
-                    _write_split(p, tmp, cfg, pool, pair, progress, sample_rate)
+                    _write_split(reader, p, tmp, cfg, pool, progress)
         else:
             for p in plans:
-                _write_split(p, tmp, cfg, None, pair, progress, sample_rate)
+                _write_split(reader, p, tmp, cfg, None, progress)
         atomic_write_json(tmp / REPORT, report)
     return report

@@ -9,7 +9,7 @@ import pytest
 
 import lib.data.prepare as prep
 from lib.data.features import fbank
-from lib.data.mustc import CorpusError, load_talk
+from lib.data.mustc import CorpusError, MustcV1Reader, load_talk
 from lib.data.manifest import MANIFEST_COLUMNS, read_manifest
 from lib.data.prepare import prepare_pair
 from lib.params import PrepareParams
@@ -130,14 +130,14 @@ def test_failure_keeps_existing_out_dir(planted: Path, tmp_path: Path, monkeypat
         # into the temporary folder (forked workers inherit the patched module attribute)
         if workers > 1 and prep._start_method() != "fork":
             pytest.skip("needs the fork start method to inject the failure into workers")
-        real = prep.load_talk
+        real = MustcV1Reader.load_talk
 
-        def failing(path, *a):
+        def failing(self, path):
             if Path(path).name == "ted_6.wav":
                 raise CorpusError(f"{path}: simulated decoding failure")
-            return real(path, *a)
+            return real(self, path)
 
-        monkeypatch.setattr(prep, "load_talk", failing)
+        monkeypatch.setattr(MustcV1Reader, "load_talk", failing)
     match = "past the end of .*ted_6.wav" if where == "validation" else "ted_6.wav: simulated"
     with pytest.raises(CorpusError, match=match):
         prepare_pair(planted, "en-de", out, PrepareParams(workers=workers, **CFG), progress=False)
@@ -263,7 +263,7 @@ def _extract_or_die(task):
     """Worker stand-in: dies like an OOM-killed process (SIGKILL) on talk ted_2."""
     import os
     import signal
-    if Path(task[0]).name == "ted_2.wav":
+    if Path(task[1]).name == "ted_2.wav":  # task: (reader, wav, items, n_mels)
         os.kill(os.getpid(), signal.SIGKILL)
     return _REAL_EXTRACT(task)
 
@@ -295,19 +295,20 @@ _INTERRUPTED_SCRIPT = r"""
 import sys, time
 from pathlib import Path
 import lib.data.prepare as prep
+from lib.data.mustc import MustcV1Reader
 from lib.params import PrepareParams
 from tests.corpus_factory import default_spec, make_corpus
 
 root, out, marker = map(Path, sys.argv[1:4])
 make_corpus(root, default_spec())
-real = prep.load_talk
+real = MustcV1Reader.load_talk
 
-def slow_load(path, *a):
+def slow_load(self, path):
     marker.touch()  # extraction has started (in a worker)
     time.sleep(60)
-    return real(path, *a)
+    return real(self, path)
 
-prep.load_talk = slow_load
+MustcV1Reader.load_talk = slow_load
 try:
     prep.prepare_pair(root, "en-de", out, PrepareParams(workers=2, asr_vocab_size=40, st_vocab_size=45),
                       progress=False)
