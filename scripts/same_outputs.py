@@ -5,6 +5,9 @@ pipeline (tests/dvc_repo.py: its TINY params over that revision's params.yaml) r
 
     python scripts/same_outputs.py                  # HEAD~1 against HEAD
     python scripts/same_outputs.py REV_A REV_B      # e.g. main my-branch
+    python scripts/same_outputs.py --set multi.systems=[baseline,group] --set multi.max_updates=4
+                                                    # also the stages a param switches on (here the
+                                                    # multilingual variant), as `dvc exp run -S` would
 
 Prints the outputs that differ and exits 1 when any does, except ``timing.json`` (wall seconds, never
 the same twice). About 4 min per revision on 2 cores. Both revisions run on this machine with this
@@ -14,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Outputs that hold wall-clock seconds: they differ between any two runs.
@@ -28,11 +32,17 @@ _RUN_TINY = r"""
 import json, os, subprocess, sys
 from pathlib import Path
 import yaml
-tree, dest = Path(sys.argv[1]), Path(sys.argv[2])
+tree, dest, sets = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
 sys.path.insert(0, str(tree / "tests"))
 import dvc_repo
-params = yaml.safe_load((tree / "params.yaml").read_text())
-root = dvc_repo.make_repo(dest, dvc_repo.merge(params, dvc_repo.TINY))
+params = dvc_repo.merge(yaml.safe_load((tree / "params.yaml").read_text()), dvc_repo.TINY)
+for key, value in sets:
+    node = params
+    *path, last = key.split(".")
+    for k in path:
+        node = node[k]
+    node[last] = value
+root = dvc_repo.make_repo(dest, params)
 env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
 subprocess.run([sys.executable, "scripts/repro.py", "-j", "2"], cwd=root, env=env, check=True,
                stdout=subprocess.DEVNULL)
@@ -41,13 +51,14 @@ print(json.dumps({o["path"]: o["md5"] for st in lock["stages"].values() for o in
 """
 
 
-def outputs(rev: str, work: Path) -> dict[str, str]:
-    """{output path: md5} of the tiny pipeline at ``rev``."""
+def outputs(rev: str, work: Path, sets: list[tuple[str, object]] = ()) -> dict[str, str]:
+    """{output path: md5} of the tiny pipeline at ``rev``, with the params ``sets`` (dotted key, value)."""
     tree = work / f"tree-{rev.replace('/', '_')}"
     subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), rev], cwd=ROOT, check=True)
     try:
         print(f"{rev}: running the tiny pipeline ...", flush=True)
-        out = subprocess.run([sys.executable, "-c", _RUN_TINY, str(tree), str(work / f"repo-{rev.replace('/', '_')}")],
+        out = subprocess.run([sys.executable, "-c", _RUN_TINY, str(tree), str(work / f"repo-{rev.replace('/', '_')}"),
+                              json.dumps(list(sets))],
                              cwd=tree, check=True, capture_output=True, text=True).stdout
         return json.loads(out.strip().splitlines()[-1])
     finally:
@@ -70,12 +81,20 @@ def compare(a: dict[str, str], b: dict[str, str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("revs", nargs="*", help="two revisions (default: HEAD~1 HEAD)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a param over the tiny params, as `dvc exp run -S` (the value read as YAML); repeatable")
     args = ap.parse_args(argv)
+    sets = []
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            ap.error(f"--set {item!r}: expected KEY=VALUE")
+        sets.append((key, yaml.safe_load(value)))
     if len(args.revs) not in (0, 2):
         ap.error("give two revisions, or none")
     a_rev, b_rev = args.revs or ["HEAD~1", "HEAD"]
     with tempfile.TemporaryDirectory(prefix="same-outputs-") as tmp:
-        a, b = outputs(a_rev, Path(tmp)), outputs(b_rev, Path(tmp))
+        a, b = outputs(a_rev, Path(tmp), sets), outputs(b_rev, Path(tmp), sets)
     differ = compare(a, b)
     same = sum(a[p] == b[p] for p in set(a) & set(b))
     print(f"{a_rev} vs {b_rev}: {len(a)} / {len(b)} outputs, {same} the same"

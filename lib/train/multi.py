@@ -28,17 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lib import layout
-from lib.data.dataset import first_batches
 from lib.data.multilingual import JOINT_SPM, MultiSpeechDataset, load_tasks
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf
@@ -48,14 +45,10 @@ from lib.model.attention.head_selection import set_subset_lead
 from lib.model import checkpoint as model_file
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import Params
-from lib.precision import resolve_amp
-from lib.train.precision import PROBE_BATCHES, resolve_train_precision
 from lib.train import checkpoint as ckpt
-from lib.train.distributed import dist_info
-from lib.train.loop import OPTIMIZER, train
-from lib.train.resume import decide_resume
+from lib.train.loop import OPTIMIZER
 from lib.train.head_selection import HeadSelectionTraining
-from lib.train.run import FINAL_CHECKPOINTS, LIVE_PLOTS, _truncate_live_logs, auto_device, copy_curves, file_digest
+from lib.train.run import RunTask, execute, file_digest
 
 SELECTION_SYSTEMS = ("subset", "group")
 
@@ -195,147 +188,148 @@ def plot_head_sharing(selections: dict, pairs: list[str], n_heads: int, candidat
     return written
 
 
-def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = True) -> dict[str, Any]:
-    """Train (or resume), decode every pair's tst-COMMON and write the outputs; returns the metrics."""
-    from dvclive import Live
+class MultilingualTask(RunTask):
+    """One multilingual system and seed over every pair (the module's docstring), for :func:`execute`."""
 
-    rank, world = dist_info()
-    device = auto_device()
-    pairs = list(p.pairs)
-    vocab_dir = root / layout.PREPARED_MULTI
-    tasks = load_tasks(vocab_dir)
-    if tasks["pairs"] != pairs:
-        raise ValueError(f"{vocab_dir / 'tasks.json'}: built for pairs {tasks['pairs']}, params have {pairs}; "
-                         f"run `dvc repro prepare_multi`")
-    prepared = root / p.data.prepared_dir
-    selecting = system in SELECTION_SYSTEMS
-    hs = p.multi.head_selection
-    # the logits' own optimizer group (lib.train.loop.make_optimizer); the other systems have no logits
-    # and keep train_st's config exactly (and their runs' fingerprints)
-    cfg = dataclasses.replace(p.train_st, seed=seed, max_updates=p.multi.run_updates(p.train_st.max_updates),
-                              variant_lr=hs.variant_lr if selecting else None)
-    anneal = hs.anneal_updates if hs.anneal_updates is not None else cfg.max_updates
-    train_ds = MultiSpeechDataset(prepared, pairs, "train", vocab_dir, max_frames=cfg.max_frames_train,
-                                  max_target_tokens=cfg.max_target_tokens)
-    dev_ds = MultiSpeechDataset(prepared, pairs, "dev", vocab_dir)
-    test_ds = MultiSpeechDataset(prepared, pairs, layout.TEST_SPLIT, vocab_dir)
-    overrides = {**p.model.overrides, **model_overrides(p, system, len(pairs))}
-    mcfg = model_config(p.model.size, vocab_size=train_ds.vocab_size, **overrides)
-    torch.manual_seed(cfg.seed)
-    model = S2TTransformer(mcfg)
-    if system == "subset" and hs.subset_init_lead is not None:
-        set_subset_lead(model, hs.subset_init_lead)
-    init_path = RunPaths(root, "asr", p.multi.asr_init).model
-    if not init_path.is_file():
-        raise FileNotFoundError(f"{init_path}: missing; it is written by the train_asr@{p.multi.asr_init} stage")
-    state = ckpt.load(init_path)["model"]
-    report = model_file.load_encoder(model, state, expand_candidate_heads=selecting)
-    if cfg.init_decoder:
-        model_file.load_decoder_layers(model, _tiled_decoder_state(model, state) if selecting else state)
-    if rank == 0 and (report.missing or getattr(report, "expanded", None)):
-        print(f"init from {init_path}: tiled to candidate heads: {len(getattr(report, 'expanded', []))} tensors; "
-              f"kept at initialisation: {', '.join(report.missing) or 'nothing'}", file=sys.stderr)
-    init_selection = model.head_selections()
+    def __init__(self, p: Params, root: Path, system: str, seed: int) -> None:
+        self.p, self.root, self.system = p, root, system
+        self.pairs = list(p.pairs)
+        self.selecting = system in SELECTION_SYSTEMS
+        hs = self.hs = p.multi.head_selection
+        # the logits' own optimizer group (lib.train.loop.make_optimizer); the other systems have no logits
+        # and keep train_st's config exactly (and their runs' fingerprints)
+        self.cfg = dataclasses.replace(p.train_st, seed=seed, max_updates=p.multi.run_updates(p.train_st.max_updates),
+                                       variant_lr=hs.variant_lr if self.selecting else None)
+        self.anneal = hs.anneal_updates if hs.anneal_updates is not None else self.cfg.max_updates
+        self.paths = RunPaths(root, "multi", None, seed, variant=system)
+        self.final_checkpoint = p.decode.final_checkpoint
+        self.vocab_dir = root / layout.PREPARED_MULTI
+        self.prepared = root / p.data.prepared_dir
+        self.init_path = RunPaths(root, "asr", p.multi.asr_init).model
 
-    kl_weight: float | dict = hs.kl_weight if not isinstance(hs.kl_weight, str) else \
-        model.elbo_kl_weights([sum(len(t) for t, k in zip(train_ds.targets, train_ds.task_ids) if k == task)
-                               for task in range(len(pairs))])
-    gumbel = hs.estimator == "gumbel"
-    hst = HeadSelectionTraining(tau_start=hs.tau_start, tau_end=hs.tau_end, anneal_updates=anneal, kl_weight=kl_weight,
-                                noise_start=hs.noise_start if gumbel else 1.0,
-                                noise_end=hs.noise_end if gumbel else 1.0) if selecting else None
-    data_digest = file_digest(*[prepared / pr / "train.tsv" for pr in pairs],
-                              *[prepared / pr / "dev.tsv" for pr in pairs], vocab_dir / JOINT_SPM)
-    amp, pad = resolve_train_precision(cfg, device, mcfg.to_dict(), data_id=data_digest, batches=lambda pad: first_batches(
-        train_ds, cfg.max_frames, PROBE_BATCHES, pad_frames_to=pad[0], pad_tokens_to=pad[1]))
-    cfg = dataclasses.replace(cfg, pad_frames_to=pad[0], pad_tokens_to=pad[1])  # `auto` resolved
-    decode_amp = resolve_amp(cfg.amp, device)
-    if rank == 0:
-        print(f"precision: training {amp}, decoding {decode_amp}; multilingual system {system!r} over {pairs}, {model.num_parameters():,} params",
-              file=sys.stderr)
-    run_config = {
-        "task": "st_multi", "system": system, "model": mcfg.to_dict(), "init_encoder": file_digest(init_path),
-        "precision": amp, "world_size": world, "pairs": pairs,
-        "head_selection": {**dataclasses.asdict(hs), "anneal_updates": anneal} if selecting else None,
-        "optimizer": OPTIMIZER, "data": data_digest,
-    }
-    d = p.decode
-    dev_cfg = BeamSearchConfig(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
-    test_cfg = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
-    per_pair_dev = max(1, d.dev_sentences // len(pairs))
-    dev_views = {pr: PairView(dev_ds, pr, per_pair_dev) for pr in pairs}
+    def setup(self, device: torch.device, rank: int) -> None:
+        p, pairs, hs, cfg = self.p, self.pairs, self.hs, self.cfg
+        self.tasks = load_tasks(self.vocab_dir)
+        if self.tasks["pairs"] != pairs:
+            raise ValueError(f"{self.vocab_dir / 'tasks.json'}: built for pairs {self.tasks['pairs']}, params have "
+                             f"{pairs}; run `dvc repro prepare_multi`")
+        self.train_ds = train_ds = MultiSpeechDataset(self.prepared, pairs, "train", self.vocab_dir,
+                                                      max_frames=cfg.max_frames_train,
+                                                      max_target_tokens=cfg.max_target_tokens)
+        self.dev_ds = MultiSpeechDataset(self.prepared, pairs, "dev", self.vocab_dir)
+        self.test_ds = MultiSpeechDataset(self.prepared, pairs, layout.TEST_SPLIT, self.vocab_dir)
+        overrides = {**p.model.overrides, **model_overrides(p, self.system, len(pairs))}
+        self.mcfg = model_config(p.model.size, vocab_size=train_ds.vocab_size, **overrides)
+        torch.manual_seed(cfg.seed)
+        self.model = model = S2TTransformer(self.mcfg)
+        if self.system == "subset" and hs.subset_init_lead is not None:
+            set_subset_lead(model, hs.subset_init_lead)
+        if not self.init_path.is_file():
+            raise FileNotFoundError(f"{self.init_path}: missing; it is written by the train_asr@{p.multi.asr_init} stage")
+        state = ckpt.load(self.init_path)["model"]
+        report = model_file.load_encoder(model, state, expand_candidate_heads=self.selecting)
+        if cfg.init_decoder:
+            model_file.load_decoder_layers(model, _tiled_decoder_state(model, state) if self.selecting else state)
+        if rank == 0 and (report.missing or getattr(report, "expanded", None)):
+            print(f"init from {self.init_path}: tiled to candidate heads: {len(getattr(report, 'expanded', []))} "
+                  f"tensors; kept at initialisation: {', '.join(report.missing) or 'nothing'}", file=sys.stderr)
+        self.init_selection = model.head_selections()
 
-    def evaluate(m: torch.nn.Module) -> dict[str, float]:
+        self.hst = None
+        if self.selecting:
+            kl_weight: float | dict = hs.kl_weight if not isinstance(hs.kl_weight, str) else \
+                model.elbo_kl_weights([sum(len(t) for t, k in zip(train_ds.targets, train_ds.task_ids) if k == task)
+                                       for task in range(len(pairs))])
+            gumbel = hs.estimator == "gumbel"
+            self.hst = HeadSelectionTraining(tau_start=hs.tau_start, tau_end=hs.tau_end, anneal_updates=self.anneal,
+                                             kl_weight=kl_weight, noise_start=hs.noise_start if gumbel else 1.0,
+                                             noise_end=hs.noise_end if gumbel else 1.0)
+        d = p.decode
+        self.dev_cfg = BeamSearchConfig(beam=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b)
+        self.test_cfg = BeamSearchConfig(beam=d.beam, len_penalty=d.len_penalty, max_len_a=d.max_len_a,
+                                         max_len_b=d.max_len_b)
+        per_pair_dev = max(1, d.dev_sentences // len(pairs))
+        self.dev_views = {pr: PairView(self.dev_ds, pr, per_pair_dev) for pr in pairs}
+
+    def data_digest(self) -> str:
+        pairs, prepared = self.pairs, self.prepared
+        return file_digest(*[prepared / pr / "train.tsv" for pr in pairs],
+                           *[prepared / pr / "dev.tsv" for pr in pairs], self.vocab_dir / JOINT_SPM)
+
+    def describe(self, amp: str, decode_amp: str, pad: tuple[int, int], device: torch.device) -> str:
+        return (f"precision: training {amp}, decoding {decode_amp}; multilingual system {self.system!r} over "
+                f"{self.pairs}, {self.model.num_parameters():,} params")
+
+    def run_config(self, amp: str, world: int, data_digest: str, threads: int | None) -> dict[str, Any]:
+        return {
+            "task": "st_multi", "system": self.system, "model": self.mcfg.to_dict(),
+            "init_encoder": file_digest(self.init_path), "precision": amp, "world_size": world, "pairs": self.pairs,
+            "head_selection": {**dataclasses.asdict(self.hs), "anneal_updates": self.anneal} if self.selecting else None,
+            "optimizer": OPTIMIZER, "data": data_digest,
+        }
+
+    def evaluate(self, model: torch.nn.Module, device: torch.device, decode_amp: str) -> dict[str, float]:
         scores = []
-        for view in dev_views.values():
-            hyps = translate_dataset(m, view, d.batch_frames, dev_cfg, device, progress=False, amp=decode_amp,
-                                     task=view.task_id, bos=view.start_id)
+        for view in self.dev_views.values():
+            hyps = translate_dataset(model, view, self.p.decode.batch_frames, self.dev_cfg, device, progress=False,
+                                     amp=decode_amp, task=view.task_id, bos=view.start_id)
             scores.append(bleu(hyps, [view.reference(i) for i in range(len(view))]))
         return {"bleu": round(sum(scores) / len(scores), 2)}
 
-    paths = RunPaths(root, "multi", None, seed, variant=system)
-    paths.run_dir.mkdir(parents=True, exist_ok=True)
-    resume = decide_resume(paths.checkpoints, cfg, run_config)
-    live = None
-    if rank == 0:
-        if resume.state is not None:
-            _truncate_live_logs(paths.live, resume.state["run_state"]["update"])
-        elif paths.live.exists():
-            shutil.rmtree(paths.live)
-        live = Live(dir=str(paths.live), resume=resume.state is not None, dvcyaml=False, save_dvc_exp=False,
-                    report=None)
-    t0 = time.perf_counter()
-    summary = train(model, cfg, train_ds, dev_ds, paths.run_dir, run_config=run_config, evaluate=evaluate,
-                    device=device, progress=progress, live=live, resume=resume, amp=amp,
-                    kl_weight=hst.kl_weight if hst is not None else 0.0,
-                    update_hooks=[functools.partial(hst.set_num_updates, model)] if hst is not None else ())
-    train_seconds = time.perf_counter() - t0
-    if rank != 0:
-        return {}
-    live.end()
-    copy_curves(paths.live / LIVE_PLOTS, paths.curves)
+    def train_options(self) -> dict[str, Any]:
+        if self.hst is None:
+            return {"kl_weight": 0.0}
+        return {"kl_weight": self.hst.kl_weight, "update_hooks": [functools.partial(self.hst.set_num_updates, self.model)]}
 
-    final = ckpt.load(paths.checkpoints / FINAL_CHECKPOINTS[d.final_checkpoint])
-    model.load_state_dict(final["model"])
-    model.eval()
-    model_file.save_model(paths.model, model, mcfg, task="st_multi", system=system, tasks=tasks,
-                          checkpoint=d.final_checkpoint)
-    metrics: dict[str, Any] = {}
-    t1 = time.perf_counter()
-    n_sent = 0
-    for pr in pairs:
-        view = PairView(test_ds, pr)
-        hyps = translate_dataset(model, view, d.batch_frames, test_cfg, device, progress=progress, amp=decode_amp,
-                                 task=view.task_id, bos=view.start_id)
-        refs = [view.reference(i) for i in range(len(view))]
-        atomic_write_text(paths.hyps(pair=pr), "".join(h + "\n" for h in hyps))
-        atomic_write_text(paths.refs(pair=pr), "".join(r + "\n" for r in refs))
-        metrics[pr] = {"bleu": round(bleu(hyps, refs), 2), "chrf": round(chrf(hyps, refs), 2), "sentences": len(hyps)}
-        n_sent += len(hyps)
-    decode_seconds = time.perf_counter() - t1
-    final_selection = model.head_selections()
-    atomic_write_json(paths.decoded / "selection.json", {"init": init_selection, "final": final_selection})
-    metrics.update({
-        "avg_bleu": round(sum(metrics[pr]["bleu"] for pr in pairs) / len(pairs), 2),
-        "avg_chrf": round(sum(metrics[pr]["chrf"] for pr in pairs) / len(pairs), 2),
-        "params": model.num_parameters(),
-        **movement_metrics(init_selection, final_selection),
-        "dev_best": summary["best"], "updates": summary["updates"], "precision": amp, "decode_precision": decode_amp,
-        "bleu_signature": bleu_signature(),
-    })
-    atomic_write_json(paths.metrics, metrics)
-    # decoding speed is a wall time: kept with the timings (and beside the hypotheses for the report),
-    # out of the metrics, which are deterministic
-    timing = {"train_seconds": round(train_seconds, 1), "decode_seconds": round(decode_seconds, 1),
-              "decode_sents_per_s": round(n_sent / decode_seconds, 2)}
-    atomic_write_json(paths.timing, timing)
-    atomic_write_json(paths.decoded / "timing.json", timing)  # the report's copy (it never reads runs/)
-    plots = layout.multi_plots(root, system, seed)
-    if plots.exists():
-        shutil.rmtree(plots)
-    plot_head_sharing(final_selection, pairs, model_config(p.model.size, **p.model.overrides).n_heads,
-                      p.multi.head_selection.candidates, plots, f"{system}, seed {seed}: heads shared")
-    if not final_selection:  # the plots output must exist
-        plots.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(plots / "README.md", f"{system} selects no heads: no head-sharing heatmap.\n")
-    return metrics
+    def model_fields(self) -> dict[str, Any]:
+        return {"task": "st_multi", "system": self.system, "tasks": self.tasks, "checkpoint": self.final_checkpoint}
+
+    def test(self, model: S2TTransformer, device: torch.device, decode_amp: str, progress: bool) -> Any:
+        per_pair: dict[str, Any] = {}
+        for pr in self.pairs:
+            view = PairView(self.test_ds, pr)
+            hyps = translate_dataset(model, view, self.p.decode.batch_frames, self.test_cfg, device, progress=progress,
+                                     amp=decode_amp, task=view.task_id, bos=view.start_id)
+            refs = [view.reference(i) for i in range(len(view))]
+            atomic_write_text(self.paths.hyps(pair=pr), "".join(h + "\n" for h in hyps))
+            atomic_write_text(self.paths.refs(pair=pr), "".join(r + "\n" for r in refs))
+            per_pair[pr] = {"bleu": round(bleu(hyps, refs), 2), "chrf": round(chrf(hyps, refs), 2), "sentences": len(hyps)}
+        return per_pair
+
+    def metrics(self, decoded: Any, summary: dict[str, Any], amp: str, decode_amp: str, threads: int) -> dict[str, Any]:
+        pairs = self.pairs
+        self.final_selection = self.model.head_selections()
+        atomic_write_json(self.paths.decoded / "selection.json", {"init": self.init_selection, "final": self.final_selection})
+        return {
+            **decoded,
+            "avg_bleu": round(sum(decoded[pr]["bleu"] for pr in pairs) / len(pairs), 2),
+            "avg_chrf": round(sum(decoded[pr]["chrf"] for pr in pairs) / len(pairs), 2),
+            "params": self.model.num_parameters(),
+            **movement_metrics(self.init_selection, self.final_selection),
+            "dev_best": summary["best"], "updates": summary["updates"], "precision": amp, "decode_precision": decode_amp,
+            "bleu_signature": bleu_signature(),
+        }
+
+    def timing(self, decoded: Any, train_seconds: float, decode_seconds: float) -> dict[str, Any]:
+        # decoding speed is a wall time: kept with the timings (and beside the hypotheses for the report),
+        # out of the metrics, which are deterministic
+        n_sent = sum(r["sentences"] for r in decoded.values())
+        return {**super().timing(decoded, train_seconds, decode_seconds),
+                "decode_sents_per_s": round(n_sent / decode_seconds, 2)}
+
+    def extra_outputs(self, decoded: Any, timing: dict[str, Any]) -> None:
+        atomic_write_json(self.paths.decoded / "timing.json", timing)  # the report's copy (it never reads runs/)
+        plots = layout.multi_plots(self.root, self.system, self.paths.seed)
+        if plots.exists():
+            shutil.rmtree(plots)
+        p = self.p
+        plot_head_sharing(self.final_selection, self.pairs, model_config(p.model.size, **p.model.overrides).n_heads,
+                          p.multi.head_selection.candidates, plots, f"{self.system}, seed {self.paths.seed}: heads shared")
+        if not self.final_selection:  # the plots output must exist
+            plots.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(plots / "README.md", f"{self.system} selects no heads: no head-sharing heatmap.\n")
+
+
+def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = True) -> dict[str, Any]:
+    """Train (or resume), decode every pair's tst-COMMON and write the outputs; returns the metrics."""
+    return execute(MultilingualTask(p, root, system, seed), progress)

@@ -185,86 +185,110 @@ def _start_from_fork(resume: Resume, state: dict[str, Any], path: Path) -> Resum
     return Resume(fingerprint=resume.fingerprint, config=resume.config, state=state, fork=True)
 
 
-def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
-    """Train (or resume) and evaluate one model; returns the metrics written to ``metrics_path``."""
+class RunTask:
+    """What one kind of run brings to :func:`execute`, the skeleton every training stage shares: its
+    datasets and model (with their initialisation), the run's identity, its dev evaluation, what
+    training adds for it, and its test decoding and extra outputs. :class:`BilingualTask` is the ASR
+    and ST runs' (a :class:`RunSpec`); ``lib.train.multi.MultilingualTask`` the multilingual one.
+
+    ``setup`` sets ``train_ds``, ``dev_ds``, ``model`` and ``mcfg``; ``cfg`` is the run's TrainConfig
+    (its ``auto`` padding resolved by the skeleton); ``paths`` where it writes; ``threads`` the CPU
+    threads (None: torch's default); ``final_checkpoint`` which state becomes model.pt."""
+
+    paths: RunPaths
+    cfg: TrainConfig
+    threads: int | None = None
+    final_checkpoint: str = "avg_last_k"
+    train_ds: Any
+    dev_ds: Any
+    model: S2TTransformer
+    mcfg: Any
+
+    def setup(self, device: torch.device, rank: int) -> None:
+        """Datasets, then the model: seeded, built and initialised (from another model file)."""
+        raise NotImplementedError
+
+    def data_digest(self) -> str:
+        """The training data's identity (resume and the precision probe's cache key)."""
+        raise NotImplementedError
+
+    def precision(self, device: torch.device, data_digest: str) -> tuple[str, tuple[int, int]]:
+        """The training precision and the batches' padding: measured or read from the params."""
+        cfg = self.cfg
+        return resolve_train_precision(cfg, device, self.mcfg.to_dict(), data_id=data_digest, batches=lambda pad: first_batches(
+            self.train_ds, cfg.max_frames, PROBE_BATCHES, pad_frames_to=pad[0], pad_tokens_to=pad[1]))
+
+    def describe(self, amp: str, decode_amp: str, pad: tuple[int, int], device: torch.device) -> str:
+        """The one line printed before training."""
+        raise NotImplementedError
+
+    def run_config(self, amp: str, world: int, data_digest: str, threads: int | None) -> dict[str, Any]:
+        """Everything that defines the run besides ``cfg`` (its hash decides whether last.pt resumes).
+        ``threads``: the CPU threads set for the run, None with torch's default."""
+        raise NotImplementedError
+
+    def adjust_resume(self, resume: Resume) -> Resume:
+        return resume
+
+    def evaluate(self, model: torch.nn.Module, device: torch.device, decode_amp: str) -> dict[str, float]:
+        """The dev scores of each evaluation during training."""
+        raise NotImplementedError
+
+    def train_options(self) -> dict[str, Any]:
+        """What the variant adds to :func:`lib.train.loop.train` (``kl_weight``, ``update_hooks``, ``fork_at``)."""
+        return {}
+
+    def after_training(self) -> None:
+        """Outputs of the training itself (rank 0), before the final model is chosen."""
+
+    def model_fields(self) -> dict[str, Any]:
+        """The fields model.pt carries besides the weights and the config."""
+        raise NotImplementedError
+
+    def test(self, model: S2TTransformer, device: torch.device, decode_amp: str, progress: bool) -> Any:
+        """Decode the test split(s) and write the hypotheses; returns what ``metrics`` needs."""
+        raise NotImplementedError
+
+    def metrics(self, decoded: Any, summary: dict[str, Any], amp: str, decode_amp: str, threads: int) -> dict[str, Any]:
+        """The metrics file's content (``threads``: the CPU threads the run trained with)."""
+        raise NotImplementedError
+
+    def timing(self, decoded: Any, train_seconds: float, decode_seconds: float) -> dict[str, Any]:
+        return {"train_seconds": round(train_seconds, 1), "decode_seconds": round(decode_seconds, 1)}
+
+    def extra_outputs(self, decoded: Any, timing: dict[str, Any]) -> None:
+        """Outputs beyond the model, metrics and timing (rank 0, at the end)."""
+
+
+def execute(task: RunTask, progress: bool = True) -> dict[str, Any]:
+    """Train (or resume) and evaluate one run; returns the metrics written to ``task.paths.metrics``."""
     from dvclive import Live
 
     rank, world = dist_info()
     device = auto_device()
-    threads = spec.threads if device.type == "cpu" else None
+    threads = task.threads if device.type == "cpu" else None
     if threads is not None:  # before the precision probe, which times steps at this thread count
         torch.set_num_threads(threads)
-    cfg = spec.train
-    if spec.final_checkpoint not in FINAL_CHECKPOINTS:
-        raise ValueError(f"final_checkpoint must be one of {sorted(FINAL_CHECKPOINTS)}, got {spec.final_checkpoint!r}")
-    train_ds = SpeechDataset(spec.prepared_dir, "train", spec.task, max_frames=cfg.max_frames_train,
-                             max_target_tokens=cfg.max_target_tokens)
-    dev_ds = SpeechDataset(spec.prepared_dir, spec.dev_split, spec.task)
-    test_ds = SpeechDataset(spec.prepared_dir, spec.test_split, spec.task)
-
-    mcfg = model_config(spec.model_size, vocab_size=train_ds.vocab_size,
-                        ctc_vocab_size=train_ds.vocab_size if cfg.ctc_weight > 0 else None,
-                        encoder_attention=spec.encoder_attention, **spec.model_overrides)
-    torch.manual_seed(cfg.seed)  # parameter initialisation is a function of the seed
-    model = S2TTransformer(mcfg)
-    init_digest = None
-    if spec.init_encoder is not None:
-        state = ckpt.load(spec.init_encoder)
-        report = model_file.load_encoder(model, state["model"])
-        if report.missing and rank == 0:  # attention-variant parameters the source has not: initialised
-            print(f"init from {spec.init_encoder}: not in the source, kept at initialisation: "
-                  f"{', '.join(report.missing)}", file=sys.stderr)
-        if cfg.init_decoder:
-            model_file.load_decoder_layers(model, state["model"])
-        init_digest = file_digest(spec.init_encoder)
-
-    data_digest = file_digest(spec.prepared_dir / "train.tsv", spec.prepared_dir / "dev.tsv",
-                              spec.prepared_dir / ("spm_asr.model" if spec.task == "asr" else "spm_st.model"))
-    fork_state = load_fork_state(spec.start_from) if spec.start_from is not None else None
-    if fork_state is not None:  # a fork continues its run's training, in that run's precision
-        amp = fork_state["config"]["precision"]
-        pad = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, amp, device)
-    else:
-        amp, pad = resolve_train_precision(cfg, device, mcfg.to_dict(), data_id=data_digest, batches=lambda pad: first_batches(
-            train_ds, cfg.max_frames, PROBE_BATCHES, pad_frames_to=pad[0], pad_tokens_to=pad[1]))
+    if task.final_checkpoint not in FINAL_CHECKPOINTS:
+        raise ValueError(f"final_checkpoint must be one of {sorted(FINAL_CHECKPOINTS)}, got {task.final_checkpoint!r}")
+    task.setup(device, rank)
+    model = task.model
+    data_digest = task.data_digest()
+    amp, pad = task.precision(device, data_digest)
     # `auto` padding resolved: the run's config (resume fingerprint, fork state) holds the numbers used
-    cfg = dataclasses.replace(cfg, pad_frames_to=pad[0], pad_tokens_to=pad[1])
+    task.cfg = cfg = dataclasses.replace(task.cfg, pad_frames_to=pad[0], pad_tokens_to=pad[1])
     decode_amp = resolve_amp(cfg.amp, device)
     if rank == 0:
-        print(f"precision: training {amp}, decoding {decode_amp}"
-              + (" (the fork state's)" if fork_state is not None else
-               f" (amp: auto on {device.type})" if cfg.amp == "auto" else "")
-              + (f"; training batches padded to multiples of {pad[0]} frames / {pad[1]} tokens" if pad != (1, 1) else "")
+        print(task.describe(amp, decode_amp, pad, device)
               + (f"; {threads} CPU thread{'s' * (threads > 1)} (parallel.jobs)" if threads is not None else ""),
               file=sys.stderr)
-    run_config = {
-        "task": spec.task, "model": mcfg.to_dict(), "init_encoder": init_digest,
-        "precision": amp,  # `auto` resolves per machine: never resume a run made in another precision
-        "optimizer": OPTIMIZER,  # fused Adam: checkpoints of a for-loop Adam do not resume
-        "world_size": world,  # the data order per process depends on it: resume only with the same
-        "data": data_digest,
-    }
-    if threads is not None:  # (absent with torch's default: the configs of earlier runs keep their hash)
-        run_config["threads"] = threads
-    if spec.start_from is not None:  # a fork's continuation is not a run from scratch of the same config
-        run_config["start_from"] = file_digest(spec.start_from)
-    refs_dev = [dev_ds.reference(i) for i in range(min(spec.max_dev_decode, len(dev_ds)))]
-    dev_subset = _Subset(dev_ds, spec.max_dev_decode)
+    run_config = task.run_config(amp, world, data_digest, threads)
 
-    def evaluate(m: torch.nn.Module) -> dict[str, float]:
-        hyps = translate_dataset(m, dev_subset, spec.decode_batch_frames, spec.dev_decode, device, progress=False,
-                                 amp=decode_amp)
-        return score(spec.task, hyps, refs_dev)
-
-    paths = spec.paths
+    paths = task.paths
     paths.run_dir.mkdir(parents=True, exist_ok=True)
     # Decided once (rank 0 loads last.pt, moves a mismatching one aside, and broadcasts under
     # torchrun, so every rank calls it): dvclive resumes exactly when training does.
-    resume = decide_resume(paths.checkpoints, cfg, run_config)
-    if spec.fork_at is not None:
-        resume = _fork_or_restart(resume, paths.checkpoints, spec.fork_at)
-    if fork_state is not None and resume.state is None:
-        resume = _start_from_fork(resume, fork_state, spec.start_from)
+    resume = task.adjust_resume(decide_resume(paths.checkpoints, cfg, run_config))
     live = None
     if rank == 0:
         if resume.state is not None and not resume.fork:
@@ -276,50 +300,155 @@ def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
             _truncate_live_logs(paths.live, update)
         elif paths.live.exists():  # curves of another config (or of an unresumable run): start afresh
             shutil.rmtree(paths.live)
-        live = Live(dir=str(paths.live), resume=resume.state is not None and not resume.fork, dvcyaml=False, save_dvc_exp=False,
-                    report=None)
+        live = Live(dir=str(paths.live), resume=resume.state is not None and not resume.fork, dvcyaml=False,
+                    save_dvc_exp=False, report=None)
     t0 = time.perf_counter()
-    summary = train(model, cfg, train_ds, dev_ds, paths.run_dir, run_config=run_config, evaluate=evaluate,
-                    device=device, progress=progress, live=live, resume=resume, amp=amp, fork_at=spec.fork_at)
+    summary = train(model, cfg, task.train_ds, task.dev_ds, paths.run_dir, run_config=run_config,
+                    evaluate=lambda m: task.evaluate(m, device, decode_amp), device=device, progress=progress,
+                    live=live, resume=resume, amp=amp, **task.train_options())
     train_seconds = time.perf_counter() - t0
     if rank != 0:
         return {}
-    if spec.fork_at is not None:
-        atomic_write_bytes(paths.fork_state, (paths.checkpoints / FORK_FILE).read_bytes())
+    task.after_training()
     if live is not None:
         live.end()
     # The curves are a DVC output: they must exist even when a resumed run had nothing left to log.
     copy_curves(paths.live / LIVE_PLOTS, paths.curves)
 
-    final = ckpt.load(paths.checkpoints / FINAL_CHECKPOINTS[spec.final_checkpoint])
+    final = ckpt.load(paths.checkpoints / FINAL_CHECKPOINTS[task.final_checkpoint])
     model.load_state_dict(final["model"])
     model.eval()
-    model_file.save_model(paths.model, model, mcfg, task=spec.task, pair=spec.pair, checkpoint=spec.final_checkpoint)
+    model_file.save_model(paths.model, model, task.mcfg, **task.model_fields())
     t1 = time.perf_counter()
-    hyps = translate_dataset(model, test_ds, spec.decode_batch_frames, spec.decode, device, progress=progress,
-                             amp=decode_amp)
+    decoded = task.test(model, device, decode_amp, progress)
     decode_seconds = time.perf_counter() - t1
-    refs = [test_ds.reference(i) for i in range(len(test_ds))]
-    write_decoded(paths, spec.test_split, hyps, refs)
-    metrics: dict[str, Any] = {
-        **score(spec.task, hyps, refs),
-        "dev_best": summary["best"],
-        "updates": summary["updates"],
-        "sentences": len(hyps),
-        "params": model.num_parameters(),
-        "precision": amp,
-        "decode_precision": decode_amp,
-        "pad_frames_to": cfg.pad_frames_to,  # the training batches' padding as resolved (1: none)
-        "pad_tokens_to": cfg.pad_tokens_to,
-        "threads": threads if threads is not None else torch.get_num_threads(),
-    }
-    if spec.task == "st":
-        metrics["bleu_signature"] = bleu_signature()
+    metrics = task.metrics(decoded, summary, amp, decode_amp, threads if threads is not None else torch.get_num_threads())
     atomic_write_json(paths.metrics, metrics)
     # Wall times vary run to run: kept out of the metrics so equal seeds give equal metrics files.
-    atomic_write_json(paths.timing, {"train_seconds": round(train_seconds, 1),
-                                                     "decode_seconds": round(decode_seconds, 1)})
+    timing = task.timing(decoded, train_seconds, decode_seconds)
+    atomic_write_json(paths.timing, timing)
+    task.extra_outputs(decoded, timing)
     return metrics
+
+
+class BilingualTask(RunTask):
+    """An ASR or ST run of one pair (:class:`RunSpec`): the ASR and ST stages, local attention, the
+    controls and the smoothing variant."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec, self.paths, self.cfg = spec, spec.paths, spec.train
+        self.threads, self.final_checkpoint = spec.threads, spec.final_checkpoint
+        self.fork_state: dict[str, Any] | None = None
+        self.init_digest: str | None = None
+
+    def setup(self, device: torch.device, rank: int) -> None:
+        spec, cfg = self.spec, self.cfg
+        self.train_ds = SpeechDataset(spec.prepared_dir, "train", spec.task, max_frames=cfg.max_frames_train,
+                                      max_target_tokens=cfg.max_target_tokens)
+        self.dev_ds = SpeechDataset(spec.prepared_dir, spec.dev_split, spec.task)
+        self.test_ds = SpeechDataset(spec.prepared_dir, spec.test_split, spec.task)
+        self.mcfg = model_config(spec.model_size, vocab_size=self.train_ds.vocab_size,
+                                 ctc_vocab_size=self.train_ds.vocab_size if cfg.ctc_weight > 0 else None,
+                                 encoder_attention=spec.encoder_attention, **spec.model_overrides)
+        torch.manual_seed(cfg.seed)  # parameter initialisation is a function of the seed
+        self.model = model = S2TTransformer(self.mcfg)
+        if spec.init_encoder is not None:
+            state = ckpt.load(spec.init_encoder)
+            report = model_file.load_encoder(model, state["model"])
+            if report.missing and rank == 0:  # attention-variant parameters the source has not: initialised
+                print(f"init from {spec.init_encoder}: not in the source, kept at initialisation: "
+                      f"{', '.join(report.missing)}", file=sys.stderr)
+            if cfg.init_decoder:
+                model_file.load_decoder_layers(model, state["model"])
+            self.init_digest = file_digest(spec.init_encoder)
+        self.refs_dev = [self.dev_ds.reference(i) for i in range(min(spec.max_dev_decode, len(self.dev_ds)))]
+        self.dev_subset = _Subset(self.dev_ds, spec.max_dev_decode)
+
+    def data_digest(self) -> str:
+        d = self.spec.prepared_dir
+        return file_digest(d / "train.tsv", d / "dev.tsv", d / ("spm_asr.model" if self.spec.task == "asr" else "spm_st.model"))
+
+    def precision(self, device: torch.device, data_digest: str) -> tuple[str, tuple[int, int]]:
+        if self.spec.start_from is None:
+            return super().precision(device, data_digest)
+        # a fork continues its run's training, in that run's precision
+        self.fork_state = load_fork_state(self.spec.start_from)
+        amp = self.fork_state["config"]["precision"]
+        return amp, resolve_padding(self.cfg.pad_frames_to, self.cfg.pad_tokens_to, amp, device)
+
+    def describe(self, amp: str, decode_amp: str, pad: tuple[int, int], device: torch.device) -> str:
+        return (f"precision: training {amp}, decoding {decode_amp}"
+                + (" (the fork state's)" if self.fork_state is not None else
+                   f" (amp: auto on {device.type})" if self.spec.train.amp == "auto" else "")
+                + (f"; training batches padded to multiples of {pad[0]} frames / {pad[1]} tokens" if pad != (1, 1) else ""))
+
+    def run_config(self, amp: str, world: int, data_digest: str, threads: int | None) -> dict[str, Any]:
+        config = {
+            "task": self.spec.task, "model": self.mcfg.to_dict(), "init_encoder": self.init_digest,
+            "precision": amp,  # `auto` resolves per machine: never resume a run made in another precision
+            "optimizer": OPTIMIZER,  # fused Adam: checkpoints of a for-loop Adam do not resume
+            "world_size": world,  # the data order per process depends on it: resume only with the same
+            "data": data_digest,
+        }
+        if threads is not None:  # (absent with torch's default: the configs of earlier runs keep their hash)
+            config["threads"] = threads
+        if self.spec.start_from is not None:  # a fork's continuation is not a run from scratch of the same config
+            config["start_from"] = file_digest(self.spec.start_from)
+        return config
+
+    def adjust_resume(self, resume: Resume) -> Resume:
+        if self.spec.fork_at is not None:
+            resume = _fork_or_restart(resume, self.paths.checkpoints, self.spec.fork_at)
+        if self.fork_state is not None and resume.state is None:
+            resume = _start_from_fork(resume, self.fork_state, self.spec.start_from)
+        return resume
+
+    def evaluate(self, model: torch.nn.Module, device: torch.device, decode_amp: str) -> dict[str, float]:
+        spec = self.spec
+        hyps = translate_dataset(model, self.dev_subset, spec.decode_batch_frames, spec.dev_decode, device,
+                                 progress=False, amp=decode_amp)
+        return score(spec.task, hyps, self.refs_dev)
+
+    def train_options(self) -> dict[str, Any]:
+        return {"fork_at": self.spec.fork_at}
+
+    def after_training(self) -> None:
+        if self.spec.fork_at is not None:
+            atomic_write_bytes(self.paths.fork_state, (self.paths.checkpoints / FORK_FILE).read_bytes())
+
+    def model_fields(self) -> dict[str, Any]:
+        return {"task": self.spec.task, "pair": self.spec.pair, "checkpoint": self.spec.final_checkpoint}
+
+    def test(self, model: S2TTransformer, device: torch.device, decode_amp: str, progress: bool) -> Any:
+        spec = self.spec
+        hyps = translate_dataset(model, self.test_ds, spec.decode_batch_frames, spec.decode, device,
+                                 progress=progress, amp=decode_amp)
+        refs = [self.test_ds.reference(i) for i in range(len(self.test_ds))]
+        write_decoded(self.paths, spec.test_split, hyps, refs)
+        return hyps, refs
+
+    def metrics(self, decoded: Any, summary: dict[str, Any], amp: str, decode_amp: str, threads: int) -> dict[str, Any]:
+        hyps, refs = decoded
+        metrics: dict[str, Any] = {
+            **score(self.spec.task, hyps, refs),
+            "dev_best": summary["best"],
+            "updates": summary["updates"],
+            "sentences": len(hyps),
+            "params": self.model.num_parameters(),
+            "precision": amp,
+            "decode_precision": decode_amp,
+            "pad_frames_to": self.cfg.pad_frames_to,  # the training batches' padding as resolved (1: none)
+            "pad_tokens_to": self.cfg.pad_tokens_to,
+            "threads": threads,
+        }
+        if self.spec.task == "st":
+            metrics["bleu_signature"] = bleu_signature()
+        return metrics
+
+
+def run(spec: RunSpec, progress: bool = True) -> dict[str, Any]:
+    """Train (or resume) and evaluate one model; returns the metrics written to ``metrics_path``."""
+    return execute(BilingualTask(spec), progress)
 
 
 def copy_curves(live_plots: Path | None, curves: Path) -> None:
