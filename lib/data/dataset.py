@@ -53,12 +53,16 @@ class Batch:
     # (B,) long task ids (the target-language index of a multilingual model, docs/variants.md)
     # when the dataset has them, else None
     task: Tensor | None = None
+    # (B,) float: a folded batch's per-utterance CTC factor, that of the batch it came from
+    # (lib.train.loop.merge_batches); None for a collated batch
+    ctc_scale: Tensor | None = None
 
     def to(self, device: torch.device | str) -> "Batch":
         move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
         return Batch(self.ids, move(self.feats), move(self.feat_lengths), move(self.prev_tokens),
                      move(self.target), move(self.target_lengths), self.src_texts, self.tgt_texts,
-                     None if self.task is None else move(self.task))
+                     None if self.task is None else move(self.task),
+                     None if self.ctc_scale is None else move(self.ctc_scale))
 
     @property
     def n_frames(self) -> int:

@@ -92,12 +92,20 @@ class Criterion(nn.Module):
         if self.ctc_weight > 0:
             if enc.ctc_logits is None:
                 raise ValueError("ctc_weight > 0 but the model has no CTC head (set ctc_vocab_size)")
-            c = ctc_loss(enc.ctc_logits, enc.lengths, batch.target, batch.target_lengths, blank=BOS_ID)
+            # CTC is summed over labels without eos; rescale so both terms are per target token, by the
+            # batch's tokens / labels. A folded batch applies each utterance the factor of the batch it
+            # came from, as accumulating those batches would (lib.train.loop.merge_batches).
+            if batch.ctc_scale is None:
+                c = ctc_loss(enc.ctc_logits, enc.lengths, batch.target, batch.target_lengths, blank=BOS_ID)
+                n_tokens = host.n_target_tokens if host is not None else batch.n_target_tokens
+                labels = n_tokens - len(batch.ids)
+                loss = loss + self.ctc_weight * c * n_tokens / max(1, labels)
+            else:
+                per = ctc_loss(enc.ctc_logits, enc.lengths, batch.target, batch.target_lengths, blank=BOS_ID,
+                               reduction="none")
+                c = per.sum()
+                loss = loss + self.ctc_weight * (per * batch.ctc_scale.to(per.dtype)).sum()
             parts["ctc"] = c.detach()
-            # CTC is summed over labels without eos; rescale so both terms are per target token.
-            n_tokens = host.n_target_tokens if host is not None else batch.n_target_tokens
-            labels = n_tokens - len(batch.ids)
-            loss = loss + self.ctc_weight * c * n_tokens / max(1, labels)
         if self.head_selection:
             if batch.task is None:
                 raise ValueError("a head-selection model needs task ids in its batches (Batch.task)")

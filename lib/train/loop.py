@@ -31,18 +31,19 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from lib.data.dataset import PAD_ID, Batch, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
+from lib.data.dataset import PAD_ID, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
 from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig re-exported)
 from lib.precision import autocast, resolve_amp, resolve_padding
 from lib.train import checkpoint as ckpt
 from lib.train.distributed import dist_info, init_distributed  # noqa: F401 (re-exported)
 from lib.train.resume import Resume, decide_resume, train_config_dict  # noqa: F401 (re-exported)
 from lib.model.attention import variant_parameters
-from lib.train.criterion import Criterion, HostCounts  # noqa: F401 (Criterion re-exported)
+from lib.train.criterion import Criterion, HostCounts  # noqa: F401 (Criterion, HostCounts re-exported)
+from lib.train.fold import (  # noqa: F401 (the fold's names re-exported)
+    FOLD_MARGIN, FOLD_MEMORY_SHARE, FoldPolicy, _forward_backward, _update_gradients, merge_batches)
 from lib.train.objectives import ctc_weight_at, label_smoothed_nll_loss, learning_rate
 
 
@@ -136,7 +137,8 @@ def _gather_rng(world: int) -> list[dict[str, Any]]:
 
 
 def _save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, st: RunState,
-                     resume: Resume, average_last: int, rank: int, world: int) -> None:
+                     resume: Resume, average_last: int, rank: int, world: int,
+                     fold: dict[str, Any] | None = None) -> None:
     """Rank 0 writes ``snapshots/update_<n>.pt`` then ``last.pt`` (with every rank's RNG state, so all
     ranks call this) and keeps the newest ``average_last`` snapshots."""
     rngs = _gather_rng(world)
@@ -147,7 +149,10 @@ def _save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Op
     # and rewrites this snapshot identically, whereas the other order would resume past a
     # snapshot that was never written (and avg_last_k.pt would average the wrong updates).
     ckpt.save(snap_dir / f"update_{st.update:07d}.pt", {"model": model.state_dict(), "update": st.update})
-    ckpt.save_keeping_previous(ckpt_dir / "last.pt", _training_state(model, optimizer, st, resume, rngs))
+    state = _training_state(model, optimizer, st, resume, rngs)
+    if fold is not None:  # FoldPolicy.state(): what fold_update auto learnt (never set on a CPU)
+        state["fold"] = fold
+    ckpt.save_keeping_previous(ckpt_dir / "last.pt", state)
     for old in sorted(snap_dir.glob("update_*.pt"))[:-average_last]:
         old.unlink()
 
@@ -265,146 +270,6 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
                             fused=fused or None)
 
 
-def merge_batches(batches: list[Batch], device: torch.device | str | None = None) -> Batch:
-    """One batch of the utterances of ``batches`` (collated on the host, SpecAugment already applied:
-    the masks are those of accumulation), sorted by frame count, longest first (stable); frames padded
-    with 0, targets with ``PAD_ID``. Its summed loss is the sum of the batches' losses, up to float
-    rounding.
-
-    ``device``: where the large tensors (features, tokens) are concatenated. On CUDA each sub-batch is
-    copied there as accumulation would copy it, and padding, concatenation and sorting run on the card:
-    done on the host they cost about as much as the folded forward and backward of a paper update
-    (100 MB of features). The lengths stay on the host (the model reads them there without a sync), the
-    order is computed from them. None: the batches' own device (the host)."""
-    if len(batches) == 1:
-        return batches[0]
-    n_frames = max(b.feats.shape[1] for b in batches)
-    n_tokens = max(b.prev_tokens.shape[1] for b in batches)
-    dev = torch.device(device) if device is not None else batches[0].feats.device
-    non_blocking = dev.type == "cuda"
-
-    def cat_padded(ts: list[torch.Tensor], width: int, value: float) -> torch.Tensor:
-        return torch.cat([F.pad(t.to(dev, non_blocking=non_blocking),
-                                (0, 0, 0, width - t.shape[1]) if t.dim() == 3 else (0, width - t.shape[1]),
-                                value=value) for t in ts])
-
-    feat_lengths = torch.cat([b.feat_lengths for b in batches])
-    order = torch.sort(feat_lengths, descending=True, stable=True).indices
-    rows = order.tolist()
-    order_dev = order.to(dev, non_blocking=non_blocking)
-
-    def listed(name: str) -> list:
-        flat = [x for b in batches for x in getattr(b, name)]
-        return [flat[r] for r in rows]
-
-    tasks = [b.task for b in batches]
-    if any(t is None for t in tasks) and not all(t is None for t in tasks):
-        raise ValueError("merge_batches: some batches have task ids and some do not")
-    return Batch(
-        ids=listed("ids"),
-        feats=cat_padded([b.feats for b in batches], n_frames, 0.0).index_select(0, order_dev),
-        feat_lengths=feat_lengths[order],
-        prev_tokens=cat_padded([b.prev_tokens for b in batches], n_tokens, PAD_ID).index_select(0, order_dev),
-        target=cat_padded([b.target for b in batches], n_tokens, PAD_ID).index_select(0, order_dev),
-        target_lengths=torch.cat([b.target_lengths for b in batches])[order],
-        src_texts=listed("src_texts"),
-        tgt_texts=listed("tgt_texts"),
-        task=None if tasks[0] is None else torch.cat(tasks)[order],
-    )
-
-
-class FoldPolicy:
-    """Whether an update of k = ``update_freq`` batches runs as one folded batch (:func:`merge_batches`)
-    instead of k accumulated ones (``train_*.fold_update``). The gradient is the same up to float
-    rounding (normalised by the update's target tokens either way); a folded update pays the per-batch
-    costs (kernel launches, optimizer-side bookkeeping) once instead of k times and runs larger matmuls.
-
-    * ``off``: accumulate. ``on``: fold (an out-of-memory error is the user's).
-    * ``auto``: on CUDA, fold when the folded batch's estimated peak fits in :data:`FOLD_MEMORY_SHARE` of
-      the card: the first update of the process accumulates and measures the peak memory per padded
-      frame slot of its batches (host-side allocator statistics: no device sync), and each later update
-      folds when ``memory before + slots x that x FOLD_MARGIN`` fits. An out-of-memory error of a folded
-      update (one process) redoes the update accumulated and keeps accumulating. On a CPU auto
-      accumulates: folding is not measured faster there, and the default pipeline (``update_freq: 1``,
-      nothing to fold) runs on CPU unchanged.
-    """
-
-    def __init__(self, mode: str, device: torch.device, update_freq: int) -> None:
-        self.mode, self.device, self.update_freq = mode, device, update_freq
-        self.per_slot: float | None = None  # peak bytes per padded frame slot, measured
-        self.base = 0
-        self.gave_up = False
-        self.announced = False
-        self._peak = 0.0
-
-    @staticmethod
-    def slots(batch: Batch) -> int:
-        return int(batch.feats.shape[0] * batch.feats.shape[1])
-
-    def measuring(self) -> bool:
-        return self.mode == "auto" and self.device.type == "cuda" and self.per_slot is None and not self.gave_up
-
-    def decide(self, batches: list[Batch]) -> bool:
-        if len(batches) < 2 or self.mode == "off":
-            return False
-        if self.mode == "on":
-            return True
-        if self.device.type != "cuda" or self.gave_up or self.per_slot is None:
-            return False
-        slots = len([i for b in batches for i in b.ids]) * max(b.feats.shape[1] for b in batches)
-        before = torch.cuda.memory_allocated(self.device)
-        total = torch.cuda.get_device_properties(self.device).total_memory
-        fits = before + slots * self.per_slot * FOLD_MARGIN <= FOLD_MEMORY_SHARE * total
-        if fits and not self.announced:
-            self.announced = True
-            tqdm.write(f"fold_update: auto: folding the {len(batches)} batches of an update into one (estimated peak "
-                       f"{(before + slots * self.per_slot * FOLD_MARGIN) / 2**30:.1f} of {total / 2**30:.1f} GiB)")
-        return fits
-
-    def before_batch(self) -> None:
-        if self.measuring():
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self.base = torch.cuda.memory_allocated(self.device)
-
-    def after_batch(self, batch: Batch, last: bool) -> None:
-        if not self.measuring():
-            return
-        peak = (torch.cuda.max_memory_allocated(self.device) - self.base) / max(self.slots(batch), 1)
-        self._peak = max(self._peak, peak)
-        if last:
-            self.per_slot = self._peak
-
-    def out_of_memory(self, say: Callable[[str], None]) -> None:
-        self.gave_up = True
-        torch.cuda.empty_cache()
-        say("fold_update: auto: a folded update ran out of GPU memory; accumulating from now on")
-
-
-#: fold_update auto: the folded batch's estimated peak must fit in this share of the card's memory,
-#: the per-slot peak measured on single batches scaled by this margin.
-FOLD_MEMORY_SHARE = 0.85
-FOLD_MARGIN = 1.25
-
-
-def _forward_backward(net: nn.Module, steps: list[Batch], tokens: torch.Tensor, world: int, device: torch.device,
-                      amp: str, scaler: Any, folding: FoldPolicy) -> list[tuple[list[str], dict[str, torch.Tensor]]]:
-    """Forward and backward of one update's batches (on the host; each moved to ``device`` here), the
-    loss scaled by ``world / tokens``. Returns each batch's ids and loss parts (detached tensors, not
-    read: :func:`_read_parts` reads them once)."""
-    pending = []
-    for b, cpu_batch in enumerate(steps):
-        sync = b == len(steps) - 1 or world == 1
-        ctx = net.no_sync() if (world > 1 and not sync) else _nullcontext()
-        folding.before_batch()
-        batch = cpu_batch.to(device)
-        with ctx, autocast(device, amp):
-            loss, parts = net(batch, HostCounts.of(cpu_batch))
-            scaler.scale(loss * world / tokens).backward()
-        folding.after_batch(cpu_batch, b == len(steps) - 1)
-        pending.append((cpu_batch.ids, parts))
-    return pending
-
-
 def _read_parts(pending: list[tuple[list[str], dict[str, torch.Tensor]]], st: RunState) -> dict[str, float]:
     """The update's loss parts summed per key, read from the device at once (one sync per update instead
     of one per batch and part): the same float sums, in the same order, as reading each part as it came.
@@ -478,7 +343,9 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     amp = resolve_amp(cfg.amp, device) if amp is None else amp
     pad_frames_to, pad_tokens_to = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, amp, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
-    folding = FoldPolicy(cfg.fold_update, device, cfg.update_freq)
+    folding = FoldPolicy(cfg.fold_update, device, cfg.update_freq, exact=not criterion.head_selection)
+    if resume.state is not None and not resume.fork:
+        folding.load_state(resume.state.get("fold"))
     specaug = SpecAugmentConfig(time_mask_p=cfg.specaug_time_p) if cfg.specaugment else None
 
     model.train()
@@ -512,15 +379,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             tokens = torch.tensor(float(local_tokens), device=device)
             if world > 1:
                 dist.all_reduce(tokens)
-            steps = [merge_batches(batches, device)] if folding.decide(batches) else batches
-            try:
-                pending = _forward_backward(net, steps, tokens, world, device, amp, scaler, folding)
-            except torch.cuda.OutOfMemoryError:
-                if len(steps) == len(batches) or world > 1 or folding.mode == "on":
-                    raise
-                folding.out_of_memory(say)  # auto: accumulate this update and the rest of the run
-                optimizer.zero_grad(set_to_none=True)
-                pending = _forward_backward(net, batches, tokens, world, device, amp, scaler, folding)
+            pending = _update_gradients(net, batches, tokens, world, device, amp, scaler, folding, optimizer, say)
             logged = _read_parts(pending, st)
             frames_seen += sum(x.n_frames for x in batches)
             scaler.unscale_(optimizer)
@@ -560,7 +419,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             if fork_at is not None and st.update == fork_at:  # before last.pt: a kill in between redoes it
                 _save_fork(ckpt_dir, model, optimizer, st, resume, rank, world)
             if st.update % cfg.save_every == 0 or st.update == cfg.max_updates:
-                _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg.average_last, rank, world)
+                _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg.average_last, rank, world,
+                                 fold=folding.state())
         if st.group_in_epoch >= len(groups):
             st.epoch += 1
             st.group_in_epoch = 0
@@ -571,14 +431,6 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                                                "updates": [int(p.stem.split("_")[1]) for p in snaps]})
     return {"updates": st.update, "epochs_started": st.epoch + 1, "best": st.best, "history": st.history,
             "fingerprint": resume.fingerprint}
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def clear_run(out_dir: Path) -> None:

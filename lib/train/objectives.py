@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -26,16 +25,19 @@ def label_smoothed_nll_loss(logits: Tensor, target: Tensor, epsilon: float, igno
     return loss, nll
 
 
-def ctc_loss(ctc_logits: Tensor, enc_lengths: Tensor, target: Tensor, target_lengths: Tensor, blank: int) -> Tensor:
-    """Summed CTC loss of the encoder's CTC head against targets without the final eos.
+def ctc_loss(ctc_logits: Tensor, enc_lengths: Tensor, target: Tensor, target_lengths: Tensor, blank: int,
+             reduction: str = "sum") -> Tensor:
+    """Summed CTC loss of the encoder's CTC head against targets without the final eos
+    (``reduction="none"``: one loss per utterance, (B,)).
 
     ``target`` is the decoder target (ending with eos, padded); ``target_lengths`` counts the eos.
     Utterances whose encoder output is shorter than the label sequence contribute 0 (zero_infinity).
+    The padded targets go to CTC as they are (each row read up to its length, the eos and padding
+    past it ignored): no host read per utterance, and the same bits as the concatenated labels on a CPU.
     """
     lprobs = F.log_softmax(ctc_logits.float(), dim=-1).transpose(0, 1)  # (N, B, V)
     lengths = target_lengths - 1  # drop eos
-    flat = torch.cat([target[b, : int(lengths[b])] for b in range(target.shape[0])])
-    return F.ctc_loss(lprobs, flat, enc_lengths, lengths, blank=blank, reduction="sum", zero_infinity=True)
+    return F.ctc_loss(lprobs, target, enc_lengths, lengths, blank=blank, reduction=reduction, zero_infinity=True)
 
 
 def inverse_sqrt_lr(update: int, lr: float, warmup_updates: int, warmup_init_lr: float = 1e-7) -> float:

@@ -16,7 +16,8 @@ from lib.data.dataset import PAD_ID, Batch
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import TrainConfig
 from lib.train.criterion import Criterion, HostCounts
-from lib.train.loop import FoldPolicy, RunState, _forward_backward, _read_parts, merge_batches, train_config_dict
+from lib.train.fold import FoldPolicy, _forward_backward, merge_batches
+from lib.train.loop import RunState, _read_parts, train_config_dict
 
 REPO = Path(__file__).resolve().parents[2]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -62,9 +63,9 @@ def test_merge_batches_sorts_and_pads():
         merge_batches([tasks[0], _batch([5], [2], 9)])
 
 
-def _grads(model, batches, fold):
+def _grads(model, batches, fold, ctc_weight=0.0):
     model.zero_grad(set_to_none=True)
-    crit = Criterion(model, 0.1, 0.0)
+    crit = Criterion(model, 0.1, ctc_weight)
     crit.host_parts = False
     tokens = torch.tensor(float(sum(b.n_target_tokens for b in batches)), dtype=torch.float64)
     steps = [merge_batches(batches)] if fold else batches
@@ -90,6 +91,90 @@ def test_folded_gradient_equals_accumulated_fp64(attention):
     assert logged_fold.keys() == logged_acc.keys() == {"nll", "ce"}
     for k in logged_acc:  # (the loss is summed in fp32: lib.train.objectives.label_smoothed_nll_loss)
         assert logged_fold[k] == pytest.approx(logged_acc[k], rel=1e-6)
+
+
+def test_folded_gradient_equals_accumulated_with_ctc_fp64():
+    """With CTC the folded update is the accumulated one too: each utterance keeps its own batch's
+    tokens / labels factor (Batch.ctc_scale), which differs between the batches (here 1.5 to 1.7)."""
+    cfg = model_config("tiny", vocab_size=11, ctc_vocab_size=11)
+    torch.manual_seed(0)
+    model = S2TTransformer(cfg).double().eval()
+    factors = {round(b.n_target_tokens / (b.n_target_tokens - len(b.ids)), 3) for b in _batches()}
+    assert len(factors) == 3  # one factor per batch: one factor for the merged batch would be wrong
+    acc, logged_acc = _grads(model, _batches(), fold=False, ctc_weight=0.3)
+    fold, logged_fold = _grads(model, _batches(), fold=True, ctc_weight=0.3)
+    assert acc.keys() == fold.keys() and any("ctc" in n for n in acc)
+    for name in acc:  # CTC runs in fp32 (lib.train.objectives.ctc_loss): fp32 rounding, where one factor
+        # for the merged batch is off by 1e-3 and more
+        torch.testing.assert_close(fold[name], acc[name], atol=1e-8, rtol=1e-5,
+                                   msg=name)
+    assert logged_fold.keys() == logged_acc.keys() == {"nll", "ce", "ctc"}
+    assert logged_fold["ctc"] == pytest.approx(logged_acc["ctc"], rel=1e-6)
+
+
+class _FoldingStub(FoldPolicy):
+    """A policy that folds on a CPU (as auto does on a card that has room)."""
+
+    def __init__(self):
+        super().__init__("auto", torch.device("cpu"), 3)
+
+    def decide(self, batches):
+        return len(batches) > 1
+
+
+def test_out_of_memory_of_a_folded_update_retries_accumulated_with_the_failure_released(monkeypatch):
+    """The fallback runs after the handler: no exception is being handled, and the merged batch and the
+    failed forward's tensors are garbage by then (a retry inside `except` would keep them on the card)."""
+    import gc
+    import sys
+    import weakref
+
+    from lib.train import fold as fold_module
+
+    held, calls = [], []
+
+    def forward_backward(net, steps, tokens, world, device, amp, scaler, folding):
+        calls.append(len(steps))
+        if len(steps) == 1:  # the folded update: allocate, then run out of memory
+            activations = torch.ones(1000)
+            held.append(weakref.ref(activations))
+            held.append(weakref.ref(steps[0].feats))
+            raise torch.cuda.OutOfMemoryError("simulated")
+        gc.collect()
+        assert sys.exc_info() == (None, None, None), "the retry runs inside the except block"
+        assert all(ref() is None for ref in held), "the failed update's tensors are still referenced"
+        return [(b.ids, {}) for b in steps]
+
+    monkeypatch.setattr(fold_module, "_forward_backward", forward_backward)
+    said = []
+    policy = _FoldingStub()
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(1, 2)).sum().backward()
+    pending = fold_module._update_gradients(None, _batches(), torch.tensor(10.0), 1, torch.device("cpu"), "none",
+                                            None, policy, opt, said.append)
+    assert calls == [1, 3] and len(pending) == 3 and policy.gave_up
+    assert all(p.grad is None for p in model.parameters())  # the failed update's partial gradients dropped
+    assert said == ["fold_update: auto: a folded update ran out of GPU memory; accumulating from now on"]
+    assert policy.decide(_batches()) is True  # (the stub ignores gave_up; the real auto does not)
+    assert FoldPolicy("auto", torch.device("cuda"), 3).state() is None
+
+
+def test_fold_policy_state_survives_a_resume_and_head_selection_is_not_folded():
+    policy = FoldPolicy("auto", torch.device("cuda"), 2)
+    assert policy.state() is None  # nothing learnt: last.pt gets no "fold" key (always so on a CPU)
+    policy.per_slot = 1234.5
+    resumed = FoldPolicy("auto", torch.device("cuda"), 2)
+    resumed.load_state(policy.state())
+    assert resumed.per_slot == 1234.5 and not resumed.measuring() and not resumed.gave_up
+    policy.gave_up = True
+    resumed.load_state(policy.state())
+    assert resumed.gave_up
+    with pytest.raises(ValueError, match="fold_update: on: this model selects heads"):
+        FoldPolicy("on", torch.device("cuda"), 2, exact=False)
+    inexact = FoldPolicy("auto", torch.device("cuda"), 2, exact=False)
+    inexact.per_slot = 1.0
+    assert not inexact.measuring() and inexact.decide([_batch([10], [2], 1), _batch([10], [2], 2)]) is False
 
 
 def test_read_parts_sums_as_reading_each_part_did():
