@@ -20,6 +20,7 @@ Torch is imported lazily: ``scripts/repro.py`` and the params loader must not ne
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 MAX_AUTO_JOBS = 8  # more runs side by side than this buys little and costs memory (≈ 1-2 GB each)
 
@@ -33,15 +34,46 @@ def available_cores() -> int:
 
 
 def resolve_jobs(jobs: int | str, *, cuda: bool | None = None) -> int:
-    """``parallel.jobs`` as a number: an integer as given; ``auto`` -> 1 with CUDA (one GPU run at a
-    time), else the number of cores, at most :data:`MAX_AUTO_JOBS`. ``cuda=None`` asks torch."""
+    """``parallel.jobs`` as a number: an integer as given; ``auto`` -> with CUDA the number of visible
+    GPUs (one run per GPU: each training process claims its own, :func:`claim_gpu`), else the number
+    of cores, at most :data:`MAX_AUTO_JOBS` either way. ``cuda=None`` asks torch."""
     if jobs != "auto":
         return int(jobs)
     if cuda is None:
         import torch
 
         cuda = torch.cuda.is_available()
-    return 1 if cuda else min(MAX_AUTO_JOBS, available_cores())
+    if cuda:
+        import torch
+
+        return max(1, min(MAX_AUTO_JOBS, torch.cuda.device_count()))
+    return min(MAX_AUTO_JOBS, available_cores())
+
+
+_claims: list = []  # the open lock files of this process's GPU claims: released when it exits
+
+
+def claim_gpu(keys: list[str], lock_dir: Path) -> int | None:
+    """The index of the first GPU (``keys``: one stable name per visible GPU, e.g. its UUID) that no
+    other process holds, claimed for the life of this process (an exclusive ``flock`` on
+    ``lock_dir/gpu-<key>.lock``, which the system drops when the process ends, killed or not). None
+    when every GPU is held. So runs started side by side by any means (``make repro`` with
+    ``parallel.jobs`` = the GPUs, ``dvc queue start -j N``, several shells) each train on a GPU of
+    their own instead of all on the first."""
+    import fcntl
+
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    for i, key in enumerate(keys):
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in str(key))
+        f = open(lock_dir / f"gpu-{safe}.lock", "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        _claims.append(f)
+        return i
+    return None
 
 
 def threads_per_run(jobs: int | str, *, cuda: bool | None = None) -> int:

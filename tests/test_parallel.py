@@ -11,10 +11,16 @@ from lib.params import ParamError, load_params
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_auto_jobs_is_the_cores_on_a_cpu_and_one_with_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_jobs_is_the_cores_on_a_cpu_and_the_gpus_with_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
     monkeypatch.setattr(parallel, "available_cores", lambda: 2)
     assert parallel.resolve_jobs("auto", cuda=False) == 2 and parallel.threads_per_run("auto", cuda=False) == 1
-    assert parallel.resolve_jobs("auto", cuda=True) == 1 and parallel.threads_per_run("auto", cuda=True) == 2
+    for gpus, jobs in ((0, 1), (1, 1), (4, 4), (16, 8)):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda gpus=gpus: gpus)
+        assert parallel.resolve_jobs("auto", cuda=True) == jobs
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert parallel.threads_per_run("auto", cuda=True) == 2
     monkeypatch.setattr(parallel, "available_cores", lambda: 64)
     assert parallel.resolve_jobs("auto", cuda=False) == parallel.MAX_AUTO_JOBS == 8
     assert parallel.threads_per_run("auto", cuda=False) == 8
@@ -88,3 +94,38 @@ def test_stages_that_decode_a_shared_model_share_the_cores_first(monkeypatch: py
     monkeypatch.setattr(sys, "argv", [f"{stage}.py", *argv])
     module.main()
     assert calls == ["share_cores(auto)", "adopt"]
+
+
+_HOLD = """
+import sys
+from pathlib import Path
+from lib.parallel import claim_gpu
+print(claim_gpu(sys.argv[2].split(","), Path(sys.argv[1])), flush=True)
+sys.stdin.readline()  # hold the claim until told
+"""
+
+
+def test_each_process_claims_a_gpu_no_other_holds_until_it_exits(tmp_path: Path) -> None:
+    """Three processes on three GPUs get 0, 1, 2; a fourth gets None (every GPU held); when the holder
+    of GPU 1 exits, its GPU is free again."""
+    import subprocess
+    import sys
+
+    keys = "GPU-aaa,GPU-bbb,GPU-ccc"
+    procs, got = [], []
+    try:
+        for _ in range(4):
+            proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path), keys], cwd=REPO, text=True,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            procs.append(proc)
+            got.append(proc.stdout.readline().strip())
+        assert got == ["0", "1", "2", "None"]
+        procs[1].stdin.close()
+        procs[1].wait(timeout=30)
+        assert parallel.claim_gpu(keys.split(","), tmp_path) == 1
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu-GPU-aaa.lock", "gpu-GPU-bbb.lock", "gpu-GPU-ccc.lock"]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.stdin.close()
+                proc.wait(timeout=30)

@@ -7,8 +7,10 @@ config is moved aside to ``last.stale-<its fingerprint>.pt`` (keeping at most on
 run starts from scratch; an unreadable ``last.pt`` falls back to ``prev.pt``, the state one save back. Under torchrun rank 0 decides and broadcasts. :func:`train` takes that
 decision (``lib/train/run.py`` makes it before training, to set up dvclive; ``train`` makes it itself
 when given none), builds the optimizer, restores the resumed state, then runs updates of
-``update_freq`` batches each (x ``world_size`` processes under torchrun) until ``max_updates``,
-evaluating, logging (dvclive) and checkpointing on the way.
+``update_freq`` batches each until ``max_updates``, evaluating, logging (dvclive) and checkpointing on
+the way. ``update_freq`` is the whole update's batches whatever the number of processes: under
+torchrun with n processes each runs ``update_freq / n`` of them (:func:`batches_per_process`), so the
+paper's batch stays the paper's on one GPU or eight.
 
 Determinism and resume. The data order is a function of ``(seed, epoch)`` (lib/data/dataset.py),
 SpecAugment draws from a generator seeded by ``(seed, epoch, batch)``, and dropout draws from
@@ -17,8 +19,8 @@ epoch. A run killed at any point and restarted continues from its last checkpoin
 with the same weights and metrics as an uninterrupted run (same machine, same thread count).
 
 Loss normalisation follows fairseq: the summed label-smoothed loss of all batches of one update
-(all ranks) is divided by the number of target tokens of that update, so one process with
-``update_freq = k * n`` computes the same update as ``n`` processes with ``update_freq = k``.
+(all ranks) is divided by the number of target tokens of that update, so one process computes the
+same update as ``n`` processes with the same ``update_freq``.
 """
 from __future__ import annotations
 
@@ -77,11 +79,21 @@ def dev_loss(model: nn.Module, dataset: SpeechDataset, max_frames: int, device: 
     return {"loss": total / tokens, "nll": nll_total / tokens}
 
 
-def _update_groups(train_ds: SpeechDataset, cfg: TrainConfig, epoch: int, world: int) -> list[list[list[int]]]:
-    """The epoch's batches, grouped per update: each group has ``update_freq * world`` batches
-    (the last, shorter group is dropped so every update has the same number of batches)."""
+def batches_per_process(update_freq: int, world: int) -> int:
+    """The batches each of ``world`` processes runs per update: ``update_freq / world``. ValueError when
+    they do not split evenly (the update would not be the configured one)."""
+    if update_freq % world:
+        raise ValueError(f"update_freq: {update_freq} batches per update do not split evenly over {world} "
+                         f"processes; start a number of processes that divides it (torchrun --nproc_per_node), "
+                         f"e.g. {', '.join(str(d) for d in range(1, update_freq + 1) if update_freq % d == 0)}")
+    return update_freq // world
+
+
+def _update_groups(train_ds: SpeechDataset, cfg: TrainConfig, epoch: int) -> list[list[list[int]]]:
+    """The epoch's batches, grouped per update: each group has ``update_freq`` batches, split among the
+    processes (the last, shorter group is dropped so every update has the same number of batches)."""
     batches = batch_by_frames(train_ds.n_frames, cfg.max_frames, shuffle=True, seed=cfg.seed, epoch=epoch)
-    per_update = cfg.update_freq * world
+    per_update = cfg.update_freq
     return [batches[i:i + per_update] for i in range(0, len(batches) - per_update + 1, per_update)]
 
 
@@ -343,7 +355,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     amp = resolve_amp(cfg.amp, device) if amp is None else amp
     pad_frames_to, pad_tokens_to = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, amp, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
-    folding = FoldPolicy(cfg.fold_update, device, cfg.update_freq, exact=not criterion.head_selection)
+    per_rank = batches_per_process(cfg.update_freq, world)
+    folding = FoldPolicy(cfg.fold_update, device, per_rank, exact=not criterion.head_selection)
     if resume.state is not None and not resume.fork:
         folding.load_state(resume.state.get("fold"))
     specaug = SpecAugmentConfig(time_mask_p=cfg.specaug_time_p) if cfg.specaugment else None
@@ -353,13 +366,13 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                disable=not progress or rank != 0, dynamic_ncols=True)
     frames_seen, t0 = 0, time.perf_counter()
     while st.update < cfg.max_updates:
-        groups = _update_groups(train_ds, cfg, st.epoch, world)
+        groups = _update_groups(train_ds, cfg, st.epoch)
         if not groups:
-            raise ValueError(f"train set too small for one update: fewer than {cfg.update_freq * world} batches "
+            raise ValueError(f"train set too small for one update: fewer than {cfg.update_freq} batches "
                              f"of max_frames={cfg.max_frames}; lower update_freq or max_frames")
         while st.group_in_epoch < len(groups) and st.update < cfg.max_updates:
             group = groups[st.group_in_epoch]
-            mine = group[rank * cfg.update_freq:(rank + 1) * cfg.update_freq]
+            mine = group[rank * per_rank:(rank + 1) * per_rank]
             optimizer.zero_grad(set_to_none=True)
             # the CTC weight for u = updates completed so far (resume-safe)
             criterion.ctc_weight = ctc_weight_at(st.update, cfg.ctc_weight, cfg.ctc_decay_from, cfg.max_updates,
@@ -369,9 +382,9 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             batches = []  # on the host: their sizes are read here without waiting for the GPU
             for b, idx in enumerate(mine):
                 # Seeded by the batch's place in the update group (not by which rank holds it), so
-                # n ranks x update_freq k draw the same masks as 1 process x update_freq k * n;
+                # n ranks draw the same masks as 1 process with the same update_freq;
                 # with one process this is the same seed as (rank=0, b).
-                pos = rank * cfg.update_freq + b
+                pos = rank * per_rank + b
                 gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, st.epoch, st.group_in_epoch, 0, pos))
                 batches.append(collate(train_ds, idx, specaugment=specaug, generator=gen,
                                        pad_frames_to=pad_frames_to, pad_tokens_to=pad_tokens_to))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import os
 import shutil
 import sys
 import time
@@ -42,7 +43,8 @@ from lib.model import checkpoint as model_file
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import TrainConfig
 from lib.precision import configure_cuda, resolve_amp, resolve_padding
-from lib.train.precision import PROBE_BATCHES, resolve_train_precision
+from lib.parallel import claim_gpu
+from lib.train.precision import PROBE_BATCHES, cache_dir, resolve_train_precision
 from lib.train import checkpoint as ckpt
 from lib.train.distributed import dist_info
 from lib.train.loop import FORK_FILE, OPTIMIZER, fork_is_valid, train
@@ -78,11 +80,30 @@ class RunSpec:
 
 
 def auto_device() -> torch.device:
-    """CUDA when available (with :func:`lib.precision.configure_cuda`'s backend choices), else CPU."""
-    if torch.cuda.is_available():
-        configure_cuda()
+    """CUDA when available (with :func:`lib.precision.configure_cuda`'s backend choices), else CPU.
+
+    With several GPUs and one process (not torchrun, which gives each process its own), the process
+    claims the first GPU no other run holds (:func:`lib.parallel.claim_gpu`), so that runs started side
+    by side use every GPU; when all are held it shares one, chosen by its process id, and says so."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    configure_cuda()
+    n = torch.cuda.device_count()
+    if n < 2 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return torch.device("cuda")
-    return torch.device("cpu")
+    if _claimed_gpu:
+        return _claimed_gpu[0]
+    keys = [str(getattr(torch.cuda.get_device_properties(i), "uuid", i)) for i in range(n)]
+    i = claim_gpu(keys, cache_dir() / "gpu-claims")
+    if i is None:
+        i = os.getpid() % n
+        print(f"all {n} GPUs are held by other runs; sharing cuda:{i}", file=sys.stderr)
+    torch.cuda.set_device(i)
+    _claimed_gpu.append(torch.device("cuda", i))
+    return _claimed_gpu[0]
+
+
+_claimed_gpu: list[torch.device] = []  # this process's GPU, once chosen
 
 
 def file_digest(*paths: Path) -> str:

@@ -1,6 +1,7 @@
 """DDP (gloo, 2 CPU processes) computes the same updates as one process accumulating the same
-batches: n processes with update_freq=k == one process with update_freq=k*n (fairseq's
-normalisation by the token count of the whole update, summed over ranks).
+batches: ``update_freq`` is the whole update's batches, split among the processes, so n processes
+and one process with the same update_freq train the same (fairseq's normalisation by the token count
+of the whole update, summed over ranks).
 
 Both runs are CPU subprocesses with the GPUs hidden: on a machine with one GPU, two ranks cannot
 each have a CUDA device (``init_distributed`` says so), and a GPU reference would not be comparable
@@ -48,7 +49,7 @@ def _run_driver(prepared: Path, out: Path, train: dict, nproc: int) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("specaugment", [False, True], ids=["no_specaugment", "specaugment"])
-def test_two_gloo_ranks_equal_one_process_with_double_update_freq(prepared: Path, tmp_path: Path,
+def test_two_gloo_ranks_equal_one_process_with_the_same_update_freq(prepared: Path, tmp_path: Path,
                                                                   specaugment: bool) -> None:
     """Dropout must be off (each rank has its own dropout stream). SpecAugment may be on: its
     masks are seeded by the batch's place in the update group, whichever rank processes it."""
@@ -56,7 +57,7 @@ def test_two_gloo_ranks_equal_one_process_with_double_update_freq(prepared: Path
     single = _run_driver(prepared, tmp_path / "single", {**train, "update_freq": 2}, nproc=1)
     single_summary = single["summary"]
     out = tmp_path / "ddp"
-    final = _run_driver(prepared, out, {**train, "update_freq": 1}, nproc=2)
+    final = _run_driver(prepared, out, {**train, "update_freq": 2}, nproc=2)  # one batch per process
     assert single["world"] == 1 and final["world"] == 2 and final["summary"]["updates"] == 4
 
     single_state, ddp_state = single["model"], final["model"]

@@ -318,3 +318,12 @@ def test_cuda_fold_auto_measures_then_decides():
                       torch.amp.GradScaler("cuda", enabled=False), policy)
     assert policy.per_slot is not None and policy.per_slot > 0
     assert policy.decide(batches) is True  # a tiny model fits on any card
+
+
+def test_update_freq_is_the_whole_update_split_among_processes():
+    from lib.train.loop import batches_per_process
+
+    assert batches_per_process(8, 1) == 8 and batches_per_process(8, 4) == 2 and batches_per_process(8, 8) == 1
+    with pytest.raises(ValueError, match=r"update_freq: 8 batches per update do not split evenly over 3 processes.*"
+                                         r"e\.g\. 1, 2, 4, 8"):
+        batches_per_process(8, 3)
