@@ -2,7 +2,7 @@
 
 tests/test_params.py compares the paper profile's values with the paper's Appendices B-C; this runs
 them. Every value of profiles/paper.yaml is used as it is (the paper's model size s, asr.mode
-per_pair, update_freq 8, amp none, beam 5, warm-up, averaging, analysis settings, ...) except the
+per_pair, update_freq 8, amp auto, beam 5, warm-up, averaging, analysis settings, ...) except the
 sizes in SIZE_OVERRIDES, which make the whole chain fit a tiny demo corpus and ~2 minutes on 2 CPU
 cores. A change to the profile (or to the code) that breaks this path fails here.
 """
