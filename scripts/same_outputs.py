@@ -1,7 +1,8 @@
 """Whether two revisions of the project write the same pipeline outputs, byte for byte: the check a
 refactor owes (it must not move a number). For each revision, a git worktree, the tests' tiny demo
 pipeline (tests/dvc_repo.py: its TINY params over that revision's params.yaml) run by
-`scripts/repro.py -j 2`, and the md5 of every output its dvc.lock records; then the two side by side.
+`scripts/repro.py -j 2`, and the md5 of every output its dvc.lock records (of a folder: of its files, a
+``timing.json`` inside left out); then the two side by side, with the first changed lines of a text file.
 
     python scripts/same_outputs.py                  # HEAD~1 against HEAD
     python scripts/same_outputs.py REV_A REV_B      # e.g. main my-branch
@@ -46,8 +47,16 @@ root = dvc_repo.make_repo(dest, params)
 env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
 subprocess.run([sys.executable, "scripts/repro.py", "-j", "2"], cwd=root, env=env, check=True,
                stdout=subprocess.DEVNULL)
+import hashlib
 lock = yaml.safe_load((root / "dvc.lock").read_text())
-print(json.dumps({o["path"]: o["md5"] for st in lock["stages"].values() for o in st.get("outs", [])}))
+def digest(path):
+    # a folder: its files' md5s, files holding wall seconds (timing.json) left out
+    if not path.is_dir():
+        return hashlib.md5(path.read_bytes()).hexdigest()
+    files = sorted(f for f in path.rglob("*") if f.is_file() and f.name not in ("timing.json",))
+    return hashlib.md5("".join(f"{f.relative_to(path)} {hashlib.md5(f.read_bytes()).hexdigest()}\n"
+                               for f in files).encode()).hexdigest() + ".dir"
+print(json.dumps({o["path"]: digest(root / o["path"]) for st in lock["stages"].values() for o in st.get("outs", [])}))
 """
 
 
@@ -63,6 +72,18 @@ def outputs(rev: str, work: Path, sets: list[tuple[str, object]] = ()) -> dict[s
         return json.loads(out.strip().splitlines()[-1])
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+
+def text_diff(a: Path, b: Path, lines: int = 8) -> list[str]:
+    """The first changed lines of two text files (a report's table row with a wall-clock column, say)."""
+    import difflib
+
+    try:
+        ta, tb = a.read_text(encoding="utf-8").splitlines(), b.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    changed = [d for d in difflib.unified_diff(ta, tb, lineterm="", n=0) if d[:1] in "+-" and d[:3] not in ("+++", "---")]
+    return changed[:lines]
 
 
 def compare(a: dict[str, str], b: dict[str, str]) -> list[str]:
@@ -95,12 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     a_rev, b_rev = args.revs or ["HEAD~1", "HEAD"]
     with tempfile.TemporaryDirectory(prefix="same-outputs-") as tmp:
         a, b = outputs(a_rev, Path(tmp), sets), outputs(b_rev, Path(tmp), sets)
-    differ = compare(a, b)
+        differ = compare(a, b)
+        diffs = {line.split(":")[0]: text_diff(Path(tmp) / f"repo-{a_rev.replace('/', '_')}" / line.split(":")[0],
+                                               Path(tmp) / f"repo-{b_rev.replace('/', '_')}" / line.split(":")[0])
+                 for line in differ}
     same = sum(a[p] == b[p] for p in set(a) & set(b))
     print(f"{a_rev} vs {b_rev}: {len(a)} / {len(b)} outputs, {same} the same"
           + " (timing.json holds wall seconds: never compared)")
     for line in differ:
         print("  " + line)
+        for d in diffs.get(line.split(":")[0], []):
+            print("      " + d[:160])
     return 1 if differ else 0
 
 
