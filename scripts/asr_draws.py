@@ -528,4 +528,8 @@ def main(argv: Sequence[str] | None = None, runner: Runner = subprocess_runner) 
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the running steps got the Ctrl-C too and stop cleanly
+        sys.exit("interrupted: finished steps are kept and the training steps resume from their checkpoints; "
+                 "the same command continues")
