@@ -3,6 +3,7 @@ The selector (:class:`HeadSelection`) is shared with the decoder's head-selectin
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -179,6 +180,11 @@ class HeadSelection:
     the state and logic shared by the encoder's :class:`HeadSelectionAttention` and the decoder's
     ``HeadSelectionMultiheadAttention`` (below). docs/variants.md
 
+    The selection is composed around a role's attention, not a second forward: each role hands
+    :meth:`selected_context` how it projects the candidates and how it attends (the encoder's full or
+    local kernel; the decoder's causal attention with its cache), and the one flow here decides which
+    heads are projected, which attend, and which ``out_proj`` slot each output reaches.
+
     * ``head_logits`` φ (tasks, H') -- one logit per task and candidate (φ(1) − φ(0) of the paper's
       Eq. 4), initialised U(ln 0.01, ln 1) as the public code; ``subset`` then raises the best
       candidate of each out_proj slot above the rest (:func:`aligned_subset_logits_`).
@@ -338,6 +344,41 @@ class HeadSelection:
         slots = candidate_slots(self.candidates, self.n_heads, ctx.device)
         return merge_slots(ctx * w[task][:, :, None, None], slots, self.n_heads)
 
+    def selected_context(self, x: Tensor, task: Tensor, project_all: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]],
+                         attend: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor | None]]
+                         ) -> tuple[Tensor, Tensor | None]:
+        """The selection around a role's attention, the one flow of both roles: which candidates are
+        projected (all H', or at pruned evaluation only each task's H), which heads attend, and how
+        their outputs reach the H ``out_proj`` slots. ``project_all(x)`` gives the role's q, k, v of all
+        H' candidates (B, H', N, dh); ``attend(q, k, v)`` its attention (the encoder's kinds, or the
+        decoder's causal attention with its cache) -> (ctx, weights | None). Returns the context in
+        the H slots (B, H, N, dh) and the selected heads' weights (slot order) when ``attend`` gave any."""
+        w: Tensor | None = None
+        if self.training and self.estimator == "gumbel":  # every candidate attends, x its 0 / 1 weight
+            q, k, v = project_all(x)  # (B, H', N, dh)
+            sel, w = self.sample()
+            ctx, weights = attend(q, k, v)
+            if weights is not None:
+                weights = gather_heads(weights, sel[task])
+            self.computed_heads = self.candidates
+            return self.all_candidates(ctx, w, task), weights
+        if self.training or not self.pruned_inference:
+            q, k, v = project_all(x)  # (B, H', N, dh)
+            sel, w = self.sample() if self.training else (self.eval_selection(), None)
+            idx = sel[task]  # (B, H)
+            q, k, v = gather_heads(q, idx), gather_heads(k, idx), gather_heads(v, idx)
+            self.computed_heads = self.candidates
+        else:
+            q, k, v = self.project_pruned(x, task)  # (B, H, N, dh)
+            idx = self.eval_selection()[task] if self.strategy == "subset" else None
+            self.computed_heads = self.n_heads
+        ctx, weights = attend(q, k, v)
+        if w is not None:
+            ctx = ctx * w[task][:, :, None, None]
+        if idx is not None:
+            ctx = self.slot_merge(ctx, idx)
+        return ctx, weights
+
 
 @register_attention("head_select")
 class HeadSelectionAttention(HeadSelection, SelfAttention):
@@ -409,31 +450,8 @@ class HeadSelectionAttention(HeadSelection, SelfAttention):
         need_weights: bool = False,
     ) -> AttentionOutput:
         task = self.task_ids(task, x.shape[0], x.device)
-        w: Tensor | None = None
-        if self.training and self.estimator == "gumbel":  # every candidate attends, × its 0 / 1 weight
-            q, k, v = self._project(x)  # (B, H', N, dh)
-            sel, w = self.sample()
-            ctx, weights = self.attend(q, k, v, key_padding_mask, need_weights=need_weights)
-            ctx = self.all_candidates(ctx, w, task)
-            if weights is not None:
-                weights = gather_heads(weights, sel[task])
-            self.computed_heads = self.candidates
-        else:
-            if self.training or not self.pruned_inference:
-                q, k, v = self._project(x)  # (B, H', N, dh)
-                sel, w = self.sample() if self.training else (self.eval_selection(), None)
-                idx = sel[task]  # (B, H)
-                q, k, v = gather_heads(q, idx), gather_heads(k, idx), gather_heads(v, idx)
-                self.computed_heads = self.candidates
-            else:
-                q, k, v = self.project_pruned(x, task)  # (B, H, N, dh)
-                idx = self.eval_selection()[task] if self.strategy == "subset" else None
-                self.computed_heads = self.n_heads
-            ctx, weights = self.attend(q, k, v, key_padding_mask, need_weights=need_weights)
-            if w is not None:
-                ctx = ctx * w[task][:, :, None, None]
-            if idx is not None:
-                ctx = self.slot_merge(ctx, idx)
+        ctx, weights = self.selected_context(
+            x, task, self._project, lambda q, k, v: self.attend(q, k, v, key_padding_mask, need_weights=need_weights))
         out = self.out_proj(self._merge(ctx))
         if not need_weights:
             return AttentionOutput(out=out, weights=None, carry=None)
@@ -509,36 +527,18 @@ class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
         if memory is not None:
             raise ValueError("head selection is implemented for decoder self-attention only")
         task = self.task_ids(task, query.shape[0], query.device)
-        w: Tensor | None = None
         if self.training and cache is not None:
             raise ValueError("decoder head selection: incremental decoding runs in eval mode (a training "
                              "forward draws a new selection, the cache holds the previous one)")
-        if self.training and self.estimator == "gumbel":  # every candidate attends, × its 0 / 1 weight
-            q, k, v = (self._split(p(query), self.candidates) for p in (self.q_proj, self.k_proj, self.v_proj))
-            sel, w = self.sample()
-            k, v, key_padding_mask = self._extend_cache(k, v, key_padding_mask, None)
-            ctx, weights = self._attend(q, k, v, self._forbidden(q, k, key_padding_mask, causal), need_weights)
-            ctx = self.all_candidates(ctx, w, task)
-            if weights is not None:
-                weights = gather_heads(weights, sel[task])
-            self.computed_heads = self.candidates
-            return AttentionOutput(out=self._merge(ctx), weights=weights, carry=weights)
-        if self.training or not self.pruned_inference:
-            q, k, v = (self._split(p(query), self.candidates) for p in (self.q_proj, self.k_proj, self.v_proj))
-            sel, w = self.sample() if self.training else (self.eval_selection(), None)
-            idx = sel[task]  # (B, H)
-            q, k, v = gather_heads(q, idx), gather_heads(k, idx), gather_heads(v, idx)
-            self.computed_heads = self.candidates
-        else:
-            q, k, v = self.project_pruned(query, task)  # (B, H, L, dh)
-            idx = self.eval_selection()[task] if self.strategy == "subset" else None
-            self.computed_heads = self.n_heads
-        k, v, key_padding_mask = self._extend_cache(k, v, key_padding_mask, cache)
-        ctx, weights = self._attend(q, k, v, self._forbidden(q, k, key_padding_mask, causal), need_weights)
-        if w is not None:
-            ctx = ctx * w[task][:, :, None, None]
-        if idx is not None:
-            ctx = self.slot_merge(ctx, idx)
+
+        def project_all(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            return tuple(self._split(p(x), self.candidates) for p in (self.q_proj, self.k_proj, self.v_proj))  # type: ignore[return-value]
+
+        def attend(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor | None]:
+            k, v, pad = self._extend_cache(k, v, key_padding_mask, cache)
+            return self._attend(q, k, v, self._forbidden(q, k, pad, causal), need_weights)
+
+        ctx, weights = self.selected_context(query, task, project_all, attend)
         return AttentionOutput(out=self._merge(ctx), weights=weights, carry=weights)
 
     def extra_repr(self) -> str:
