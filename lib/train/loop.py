@@ -389,7 +389,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                 batches.append(collate(train_ds, idx, specaugment=specaug, generator=gen,
                                        pad_frames_to=pad_frames_to, pad_tokens_to=pad_tokens_to))
             local_tokens = sum(x.n_target_tokens for x in batches)
-            tokens = torch.tensor(float(local_tokens), device=device)
+            tokens = torch.full((), float(local_tokens), device=device)  # a fill kernel: no host-to-device copy to wait for
             if world > 1:
                 dist.all_reduce(tokens)
             pending = _update_gradients(net, batches, tokens, world, device, amp, scaler, folding, optimizer, say)
