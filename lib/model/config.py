@@ -21,9 +21,9 @@ __all__ = [
     "ModelConfig",
     "model_config",
     "decoder_attention_spec",
-    "head_selection_options",
+    "HeadSelectionOptions",
     "smoothing_layers",
-    "smoothing_options",
+    "SmoothingOptions",
 ]
 
 # ----------------------------------------------------------------------------------------
@@ -123,10 +123,10 @@ class ModelConfig:
         for i, spec in enumerate(self.encoder_attention):
             if isinstance(spec, dict) and spec.get("type") == "head_select":
                 key = f"encoder_attention[{i}]"
-                opts = head_selection_options(strategy=spec.get("strategy"), candidates=spec.get("candidates"),
-                                              tasks=spec.get("tasks"), n_heads=self.n_heads,
-                                              estimator=spec.get("estimator", "paper"), key=key)
-                n_tasks[key] = opts["tasks"]
+                opts = HeadSelectionOptions.validated(strategy=spec.get("strategy"), candidates=spec.get("candidates"),
+                                                      tasks=spec.get("tasks"), n_heads=self.n_heads,
+                                                      estimator=spec.get("estimator", "paper"), key=key)
+                n_tasks[key] = opts.tasks
                 if self.rel_pos_bias:
                     raise ValueError(f"{key}: the relative-position bias (rel_pos_bias) is not implemented for "
                                      "head selection")
@@ -211,77 +211,95 @@ DEFAULT_BAND_K = 13  # reading A7: median of the locality paper's En-De windows
 BAND_INIT_LOGIT = 4.605170185988092  # ln 100
 
 
-def smoothing_options(
-    *,
-    prior: Any,
-    gamma: Any = DEFAULT_GAMMA,
-    recursive: Any = False,
-    train_only: Any = False,
-    k: Any = None,
-    band_outside: Any = "literal",
-    per_head: Any = False,
-    gate_init: Any = None,
-    band_init_width: Any = None,
-    key: str = "smoothing",
-) -> dict[str, Any]:
-    """Validate and normalise one smoothing definition; ValueError naming ``<key>.<option>``.
+@dataclass(frozen=True)
+class SmoothingOptions:
+    """One smoothing definition's options, validated: the one set of rules the attention modules
+    (lib.model.attention.smoothing), the decoder spec below and the params-level spec builder
+    (lib.model.spec.smoothing_spec) share, so all reject the same values with the same words.
+    Build it with :meth:`validated`."""
 
-    Returns ``{prior, gamma, recursive, train_only, k, band_outside, per_head, gate_init,
-    band_init_width}`` with ``gamma`` a float in [0, 1] or ``"predicted"`` and ``k`` an odd int for
-    ``band`` (default 13), else None.
-    Rules (docs/variants.md): ``recursive`` and ``gamma: predicted`` only with ``prior: prev``, and the
-    predicted coefficient only recursively (the paper's Eq. for g interpolates with A^rec_{l-1});
-    ``k``, ``band_outside``, ``per_head`` only with ``prior: band``; k odd (centred band, A3).
+    prior: str
+    gamma: float | str
+    recursive: bool
+    train_only: bool
+    k: int | None
+    band_outside: str
+    per_head: bool
+    gate_init: float | None
+    band_init_width: int | None
 
-    ``gate_init`` (``gamma: predicted`` only; default :data:`DEFAULT_GAMMA`): the gate's value at
-    initialisation, a number in (0, 1): g = σ(q · c_h + b_h) starts with c = 0 and b_h = logit(gate_init),
-    so the predicted system starts where the fixed-γ systems are. ``band_init_width`` (``band`` only;
-    default k): the odd width w <= k of the band the learnable logits start as (the centre w of the
-    k logits at :data:`BAND_INIT_LOGIT`, the rest 0). Returned as None where they do not apply.
-    """
-    if prior not in SMOOTHING_PRIORS:
-        raise ValueError(f"{key}.prior: must be one of {list(SMOOTHING_PRIORS)}, got {prior!r}")
-    for name, val in (("recursive", recursive), ("train_only", train_only), ("per_head", per_head)):
-        if not isinstance(val, bool):
-            raise ValueError(f"{key}.{name}: must be true or false, got {val!r}")
-    if gamma == "predicted":
-        if prior != "prev" or not recursive:
-            raise ValueError(f"{key}.gamma: 'predicted' needs prior: prev and recursive: true "
-                             f"(the paper predicts g for recursive smoothing only), got prior {prior!r}, "
-                             f"recursive {recursive!r}")
-    elif isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"{key}.gamma: must be a number in [0, 1] or 'predicted', got {gamma!r}")
-    else:
-        gamma = float(gamma)
-    if recursive and prior != "prev":
-        raise ValueError(f"{key}.recursive: only the prev prior recurses, got prior {prior!r}")
-    if prior == "band":
-        k = DEFAULT_BAND_K if k is None else k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % 2 == 0:
-            raise ValueError(f"{key}.k: band width must be a positive odd integer (centred band), got {k!r}")
-        if band_outside not in BAND_OUTSIDE:
-            raise ValueError(f"{key}.band_outside: must be one of {list(BAND_OUTSIDE)}, got {band_outside!r}")
-        if band_init_width is None:
-            band_init_width = k
-        if isinstance(band_init_width, bool) or not isinstance(band_init_width, int) or not 1 <= band_init_width <= k \
-                or band_init_width % 2 == 0:
-            raise ValueError(f"{key}.band_init_width: the band the logits start as must be an odd integer in "
-                             f"1..k = {k} (centred), got {band_init_width!r}")
-    else:
-        for name, val, default in (("k", k, None), ("band_outside", band_outside, "literal"), ("per_head", per_head, False),
-                                   ("band_init_width", band_init_width, None)):
-            if val != default:
-                raise ValueError(f"{key}.{name}: only applies to prior: band, got {val!r} with prior {prior!r}")
-    if gamma == "predicted":
-        gate_init = DEFAULT_GAMMA if gate_init is None else gate_init
-        if isinstance(gate_init, bool) or not isinstance(gate_init, (int, float)) or not 0.0 < gate_init < 1.0:
-            raise ValueError(f"{key}.gate_init: the predicted gate's value at initialisation must be a number in "
-                             f"(0, 1), got {gate_init!r}")
-        gate_init = float(gate_init)
-    elif gate_init is not None:
-        raise ValueError(f"{key}.gate_init: only applies to gamma: predicted, got {gate_init!r} with gamma {gamma!r}")
-    return dict(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
-                band_outside=band_outside, per_head=per_head, gate_init=gate_init, band_init_width=band_init_width)
+    @classmethod
+    def validated(
+        cls,
+        *,
+        prior: Any,
+        gamma: Any = DEFAULT_GAMMA,
+        recursive: Any = False,
+        train_only: Any = False,
+        k: Any = None,
+        band_outside: Any = "literal",
+        per_head: Any = False,
+        gate_init: Any = None,
+        band_init_width: Any = None,
+        key: str = "smoothing",
+    ) -> "SmoothingOptions":
+        """Validate and normalise one smoothing definition; ValueError naming ``<key>.<option>``.
+
+        ``gamma`` is a float in [0, 1] or ``"predicted"`` and ``k`` an odd int for
+        ``band`` (default 13), else None.
+        Rules (docs/variants.md): ``recursive`` and ``gamma: predicted`` only with ``prior: prev``, and the
+        predicted coefficient only recursively (the paper's Eq. for g interpolates with A^rec_{l-1});
+        ``k``, ``band_outside``, ``per_head`` only with ``prior: band``; k odd (centred band, A3).
+
+        ``gate_init`` (``gamma: predicted`` only; default :data:`DEFAULT_GAMMA`): the gate's value at
+        initialisation, a number in (0, 1): g = σ(q · c_h + b_h) starts with c = 0 and b_h = logit(gate_init),
+        so the predicted system starts where the fixed-γ systems are. ``band_init_width`` (``band`` only;
+        default k): the odd width w <= k of the band the learnable logits start as (the centre w of the
+        k logits at :data:`BAND_INIT_LOGIT`, the rest 0). Returned as None where they do not apply.
+        """
+        if prior not in SMOOTHING_PRIORS:
+            raise ValueError(f"{key}.prior: must be one of {list(SMOOTHING_PRIORS)}, got {prior!r}")
+        for name, val in (("recursive", recursive), ("train_only", train_only), ("per_head", per_head)):
+            if not isinstance(val, bool):
+                raise ValueError(f"{key}.{name}: must be true or false, got {val!r}")
+        if gamma == "predicted":
+            if prior != "prev" or not recursive:
+                raise ValueError(f"{key}.gamma: 'predicted' needs prior: prev and recursive: true "
+                                 f"(the paper predicts g for recursive smoothing only), got prior {prior!r}, "
+                                 f"recursive {recursive!r}")
+        elif isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"{key}.gamma: must be a number in [0, 1] or 'predicted', got {gamma!r}")
+        else:
+            gamma = float(gamma)
+        if recursive and prior != "prev":
+            raise ValueError(f"{key}.recursive: only the prev prior recurses, got prior {prior!r}")
+        if prior == "band":
+            k = DEFAULT_BAND_K if k is None else k
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % 2 == 0:
+                raise ValueError(f"{key}.k: band width must be a positive odd integer (centred band), got {k!r}")
+            if band_outside not in BAND_OUTSIDE:
+                raise ValueError(f"{key}.band_outside: must be one of {list(BAND_OUTSIDE)}, got {band_outside!r}")
+            if band_init_width is None:
+                band_init_width = k
+            if isinstance(band_init_width, bool) or not isinstance(band_init_width, int) or not 1 <= band_init_width <= k \
+                    or band_init_width % 2 == 0:
+                raise ValueError(f"{key}.band_init_width: the band the logits start as must be an odd integer in "
+                                 f"1..k = {k} (centred), got {band_init_width!r}")
+        else:
+            for name, val, default in (("k", k, None), ("band_outside", band_outside, "literal"), ("per_head", per_head, False),
+                                       ("band_init_width", band_init_width, None)):
+                if val != default:
+                    raise ValueError(f"{key}.{name}: only applies to prior: band, got {val!r} with prior {prior!r}")
+        if gamma == "predicted":
+            gate_init = DEFAULT_GAMMA if gate_init is None else gate_init
+            if isinstance(gate_init, bool) or not isinstance(gate_init, (int, float)) or not 0.0 < gate_init < 1.0:
+                raise ValueError(f"{key}.gate_init: the predicted gate's value at initialisation must be a number in "
+                                 f"(0, 1), got {gate_init!r}")
+            gate_init = float(gate_init)
+        elif gate_init is not None:
+            raise ValueError(f"{key}.gate_init: only applies to gamma: predicted, got {gate_init!r} with gamma {gamma!r}")
+        return cls(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
+                   band_outside=band_outside, per_head=per_head, gate_init=gate_init, band_init_width=band_init_width)
 
 
 # ----------------------------------------------------------------------------------------
@@ -297,30 +315,42 @@ HEAD_SELECTION_STRATEGIES = ("subset", "group")
 HEAD_SELECTION_ESTIMATORS = ("paper", "gumbel")
 
 
-def head_selection_options(*, strategy: Any, candidates: Any, tasks: Any, n_heads: int | None = None,
-                           estimator: Any = "paper", key: str = "head_selection") -> dict[str, Any]:
-    """Validate one head-selection definition; ValueError naming ``<key>.<option>``.
+@dataclass(frozen=True)
+class HeadSelectionOptions:
+    """One head-selection layer's options, validated (:meth:`validated`): the rules the attention
+    modules (lib.model.attention.head_selection), the model config, the decoder spec below and the
+    params-level builder (lib.model.spec.head_selection_options_from) share."""
 
-    ``strategy`` subset | group; ``candidates`` H' an int >= H (``n_heads``; H' = H is "no
-    selection", the paper's H' = 4 point of Fig. 2) and, for ``group``, a multiple of H (H strided
-    groups of r = H' / H candidates); ``tasks`` the number of task ids (>= 1); ``estimator`` one of
-    :data:`HEAD_SELECTION_ESTIMATORS`. Returns ``{strategy, candidates, tasks, estimator}``."""
-    if strategy not in HEAD_SELECTION_STRATEGIES:
-        raise ValueError(f"{key}.strategy: must be one of {list(HEAD_SELECTION_STRATEGIES)}, got {strategy!r}")
-    if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
-        raise ValueError(f"{key}.candidates: must be a positive integer (H', heads per layer to select from), "
-                         f"got {candidates!r}")
-    if n_heads is not None:
-        if candidates < n_heads:
-            raise ValueError(f"{key}.candidates: H' = {candidates} is fewer than the H = {n_heads} heads selected")
-        if strategy == "group" and candidates % n_heads:
-            raise ValueError(f"{key}.candidates: the group strategy needs H' = {candidates} to be a multiple of "
-                             f"H = {n_heads} (H groups of H'/H candidates)")
-    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
-        raise ValueError(f"{key}.tasks: must be a positive integer (number of task ids), got {tasks!r}")
-    if estimator not in HEAD_SELECTION_ESTIMATORS:
-        raise ValueError(f"{key}.estimator: must be one of {list(HEAD_SELECTION_ESTIMATORS)}, got {estimator!r}")
-    return dict(strategy=strategy, candidates=candidates, tasks=tasks, estimator=estimator)
+    strategy: str
+    candidates: int
+    tasks: int
+    estimator: str
+
+    @classmethod
+    def validated(cls, *, strategy: Any, candidates: Any, tasks: Any, n_heads: int | None = None,
+                  estimator: Any = "paper", key: str = "head_selection") -> "HeadSelectionOptions":
+        """Validate one head-selection definition; ValueError naming ``<key>.<option>``.
+
+        ``strategy`` subset | group; ``candidates`` H' an int >= H (``n_heads``; H' = H is "no
+        selection", the paper's H' = 4 point of Fig. 2) and, for ``group``, a multiple of H (H strided
+        groups of r = H' / H candidates); ``tasks`` the number of task ids (>= 1); ``estimator`` one of
+        :data:`HEAD_SELECTION_ESTIMATORS`."""
+        if strategy not in HEAD_SELECTION_STRATEGIES:
+            raise ValueError(f"{key}.strategy: must be one of {list(HEAD_SELECTION_STRATEGIES)}, got {strategy!r}")
+        if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+            raise ValueError(f"{key}.candidates: must be a positive integer (H', heads per layer to select from), "
+                             f"got {candidates!r}")
+        if n_heads is not None:
+            if candidates < n_heads:
+                raise ValueError(f"{key}.candidates: H' = {candidates} is fewer than the H = {n_heads} heads selected")
+            if strategy == "group" and candidates % n_heads:
+                raise ValueError(f"{key}.candidates: the group strategy needs H' = {candidates} to be a multiple of "
+                                 f"H = {n_heads} (H groups of H'/H candidates)")
+        if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
+            raise ValueError(f"{key}.tasks: must be a positive integer (number of task ids), got {tasks!r}")
+        if estimator not in HEAD_SELECTION_ESTIMATORS:
+            raise ValueError(f"{key}.estimator: must be one of {list(HEAD_SELECTION_ESTIMATORS)}, got {estimator!r}")
+        return cls(strategy=strategy, candidates=candidates, tasks=tasks, estimator=estimator)
 
 
 DECODER_ATTENTION_TYPES = ("smooth", "head_select")
@@ -366,12 +396,12 @@ def decoder_attention_spec(spec: dict | None, n_layers: int, *, key: str, n_head
         raise ValueError(f"{key}.prior: the band prior is defined for encoder self-attention only")
     if "prior" not in spec:
         raise ValueError(f"{key}.prior: missing (uniform or prev)")
-    opts = smoothing_options(**{k: v for k, v in spec.items() if k not in ("type", "layers")}, key=key)
-    layers = smoothing_layers(spec.get("layers"), opts["prior"], n_layers, key=key)
-    out = {"type": spec["type"], "prior": opts["prior"], "gamma": opts["gamma"], "recursive": opts["recursive"],
-           "train_only": opts["train_only"], "layers": layers}
-    if opts["gate_init"] is not None:  # gamma: predicted only (absent otherwise: the configs of before)
-        out["gate_init"] = opts["gate_init"]
+    opts = SmoothingOptions.validated(**{k: v for k, v in spec.items() if k not in ("type", "layers")}, key=key)
+    layers = smoothing_layers(spec.get("layers"), opts.prior, n_layers, key=key)
+    out = {"type": spec["type"], "prior": opts.prior, "gamma": opts.gamma, "recursive": opts.recursive,
+           "train_only": opts.train_only, "layers": layers}
+    if opts.gate_init is not None:  # gamma: predicted only (absent otherwise: the configs of before)
+        out["gate_init"] = opts.gate_init
     return out
 
 
@@ -388,9 +418,11 @@ def _decoder_head_selection_spec(spec: dict, n_layers: int, *, key: str, n_heads
     for name in ("strategy", "candidates", "tasks"):
         if name not in spec:
             raise ValueError(f"{key}.{name}: missing")
-    opts = head_selection_options(strategy=spec["strategy"], candidates=spec["candidates"], tasks=spec["tasks"],
-                                  n_heads=n_heads, estimator=spec.get("estimator", "paper"), key=key)
-    if opts["estimator"] == "paper":  # the default: left out, so the configs of before stay as they were
+    validated = HeadSelectionOptions.validated(strategy=spec["strategy"], candidates=spec["candidates"],
+                                               tasks=spec["tasks"], n_heads=n_heads,
+                                               estimator=spec.get("estimator", "paper"), key=key)
+    opts = asdict(validated)
+    if validated.estimator == "paper":  # the default: left out, so the configs of before stay as they were
         del opts["estimator"]
     # layer numbers are checked as for smoothing (range, duplicates); any layer may select
     layers = smoothing_layers(spec.get("layers"), "uniform", n_layers, key=key)

@@ -3,14 +3,15 @@ smoothed with which prior, which select heads per task)."""
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Any, Sequence
 
 from lib.model.config import (
     SMOOTHING_PRIORS,
     decoder_attention_spec,
-    head_selection_options,
+    HeadSelectionOptions,
     smoothing_layers,
-    smoothing_options,
+    SmoothingOptions,
 )
 
 SMOOTHING_WHERE = ("encoder", "decoder_self", "cross")
@@ -79,7 +80,7 @@ def smoothing_spec(base: Sequence[dict], sdef: dict, n_layers: int, *, key: str 
     local layer's ``window`` (prior restricted and renormalised on the window, docs/variants.md). ``sdef`` keys:
     ``prior`` (required), ``gamma`` (default 0.1), ``recursive``, ``train_only``, ``k``,
     ``band_outside``, ``per_head``, ``gate_init``, ``band_init_width`` (see
-    :func:`lib.model.config.smoothing_options`; a band layer over a local base layer without
+    :class:`lib.model.config.SmoothingOptions`; a band layer over a local base layer without
     ``band_init_width`` starts as a band of its window, Algorithm 1's, capped at k), ``where``
     (default ``[encoder]``), ``layers`` (1-based; default all layers for uniform/band, 2..L for
     prev: layer 1 has no layer below, reading A2) and ``base`` (full | local: which base spec the
@@ -98,7 +99,9 @@ def smoothing_spec(base: Sequence[dict], sdef: dict, n_layers: int, *, key: str 
         raise ValueError(f"{key}: unknown key(s) {unknown}; allowed: {list(SMOOTHING_KEYS)}")
     if "prior" not in sdef:
         raise ValueError(f"{key}.prior: missing (one of {list(SMOOTHING_PRIORS)})")
-    opts = smoothing_options(**{k: v for k, v in sdef.items() if k not in ("where", "layers", "base")}, key=key)
+    validated = SmoothingOptions.validated(**{k: v for k, v in sdef.items() if k not in ("where", "layers", "base")},
+                                          key=key)
+    opts = asdict(validated)
 
     where = sdef.get("where", ["encoder"])
     if isinstance(where, str) or not isinstance(where, (list, tuple)) or not where:
@@ -195,8 +198,8 @@ def head_selection_options_from(hdef: dict, *, n_heads: int, tasks: int, key: st
     if "strategy" not in hdef:
         raise ValueError(f"{key}.strategy: missing (subset or group)")
     d = {**HEAD_SELECTION_DEFAULTS, **hdef}
-    opts = head_selection_options(strategy=d["strategy"], candidates=d["candidates"], tasks=tasks, n_heads=n_heads,
-                                  estimator=d["estimator"], key=key)
+    opts = asdict(HeadSelectionOptions.validated(strategy=d["strategy"], candidates=d["candidates"], tasks=tasks,
+                                                 n_heads=n_heads, estimator=d["estimator"], key=key))
     apply_to = d["apply_to"]
     if isinstance(apply_to, str) or not isinstance(apply_to, (list, tuple)) or not apply_to:
         raise ValueError(f"{key}.apply_to: must be a non-empty list of {list(HEAD_SELECTION_APPLY_TO)}, got {apply_to!r}")

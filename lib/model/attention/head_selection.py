@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lib.model.config import head_selection_options, odd_window
+from lib.model.config import HeadSelectionOptions, odd_window
 from lib.model.attention.full import FullAttention
 from lib.model.attention.local import LocalAttention
 from lib.model.attention.base import AttentionOutput, SelfAttention, VariantParameter, register_attention
@@ -227,12 +227,12 @@ class HeadSelection:
 
     def _init_head_selection(self, *, strategy: str, candidates: int, tasks: int, key: str,
                              estimator: str = "paper") -> None:
-        opts = head_selection_options(strategy=strategy, candidates=candidates, tasks=tasks,
+        opts = HeadSelectionOptions.validated(strategy=strategy, candidates=candidates, tasks=tasks,
                                       n_heads=self.n_heads, estimator=estimator, key=key)
-        self.strategy: str = opts["strategy"]
-        self.candidates: int = opts["candidates"]
-        self.tasks: int = opts["tasks"]
-        self.estimator: str = opts["estimator"]
+        self.strategy: str = opts.strategy
+        self.candidates: int = opts.candidates
+        self.tasks: int = opts.tasks
+        self.estimator: str = opts.estimator
         self.tau: float = DEFAULT_HEAD_SELECTION_TAU
         self.noise_scale: float = 1.0  # s of the gumbel estimator (set each update by set_head_selection_noise)
         self.pruned_inference: bool = True

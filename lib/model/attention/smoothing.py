@@ -6,7 +6,7 @@ import math
 import torch
 from torch import Tensor
 
-from lib.model.config import BAND_INIT_LOGIT, odd_window, smoothing_options
+from lib.model.config import BAND_INIT_LOGIT, SmoothingOptions, odd_window
 from lib.model.attention.full import FullAttention
 from lib.model.attention.local import LocalAttention
 from lib.model.attention.base import AttentionOutput, SelfAttention, VariantParameter, mask_bias, register_attention
@@ -147,25 +147,25 @@ class SmoothedAttention(SelfAttention):
         window: int | None = None,
         rel_pos_max: int = 0,
     ) -> None:
-        opts = smoothing_options(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
-                                 band_outside=band_outside, per_head=per_head, gate_init=gate_init,
-                                 band_init_width=band_init_width, key="smooth")
+        opts = SmoothingOptions.validated(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only, k=k,
+                                          band_outside=band_outside, per_head=per_head, gate_init=gate_init,
+                                          band_init_width=band_init_width, key="smooth")
         odd_window(window, "smooth.window:", optional=True)
         if window is not None and rel_pos_max:
             raise ValueError("the relative-position bias (model.overrides.rel_pos_bias) is not implemented for "
                              "local attention (smooth.window)")
         super().__init__(d_model, n_heads, dropout, rel_pos_max=rel_pos_max)
-        self.prior: str = opts["prior"]
-        self.gamma: float | str = opts["gamma"]
-        self.recursive: bool = opts["recursive"]
-        self.train_only: bool = opts["train_only"]
-        self.k: int | None = opts["k"]
-        self.band_outside: str = opts["band_outside"]
-        self.per_head: bool = opts["per_head"]
+        self.prior: str = opts.prior
+        self.gamma: float | str = opts.gamma
+        self.recursive: bool = opts.recursive
+        self.train_only: bool = opts.train_only
+        self.k: int | None = opts.k
+        self.band_outside: str = opts.band_outside
+        self.per_head: bool = opts.per_head
         self.window: int | None = window
         self.needs_prev_attn = self.prior == "prev"  # per instance (docs/variants.md)
-        self.gate_init: float | None = opts["gate_init"]
-        self.band_init_width: int | None = opts["band_init_width"]
+        self.gate_init: float | None = opts.gate_init
+        self.band_init_width: int | None = opts.band_init_width
         band_shape = (n_heads, self.k) if self.per_head else (self.k,)
         self.band_logits = VariantParameter(band_logits_init(band_shape, self.band_init_width)) \
             if self.prior == "band" else None
@@ -285,14 +285,14 @@ class SmoothedMultiheadAttention(MultiheadAttention):
         super().__init__(d_model, n_heads, dropout)
         if prior == "band":
             raise ValueError("decoder smoothing: the band prior is defined for encoder self-attention only")
-        opts = smoothing_options(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only,
-                                 gate_init=gate_init, key="smooth")
-        self.prior: str = opts["prior"]
-        self.gamma: float | str = opts["gamma"]
-        self.recursive: bool = opts["recursive"]
-        self.train_only: bool = opts["train_only"]
+        opts = SmoothingOptions.validated(prior=prior, gamma=gamma, recursive=recursive, train_only=train_only,
+                                          gate_init=gate_init, key="smooth")
+        self.prior: str = opts.prior
+        self.gamma: float | str = opts.gamma
+        self.recursive: bool = opts.recursive
+        self.train_only: bool = opts.train_only
         self.needs_prev_attn = self.prior == "prev"  # per instance (docs/variants.md)
-        self.gate_init: float | None = opts["gate_init"]
+        self.gate_init: float | None = opts.gate_init
         self.gate_vector = VariantParameter(torch.zeros(d_model)) if self.gamma == "predicted" else None
         self.gate_bias = VariantParameter(gate_bias_init(n_heads, self.gate_init)) if self.gamma == "predicted" else None
 
