@@ -64,6 +64,14 @@ class Batch:
                      None if self.task is None else move(self.task),
                      None if self.ctc_scale is None else move(self.ctc_scale))
 
+    def pin_memory(self) -> "Batch":
+        """The batch in page-locked host memory: its copy to a GPU (``to``) then runs asynchronously."""
+        pin = lambda t: t.pin_memory()  # noqa: E731
+        return Batch(self.ids, pin(self.feats), pin(self.feat_lengths), pin(self.prev_tokens), pin(self.target),
+                     pin(self.target_lengths), self.src_texts, self.tgt_texts,
+                     None if self.task is None else pin(self.task),
+                     None if self.ctc_scale is None else pin(self.ctc_scale))
+
     @property
     def n_frames(self) -> int:
         return int(self.feat_lengths.sum())

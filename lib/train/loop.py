@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -307,7 +308,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
           run_config: dict[str, Any], evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
           device: torch.device | None = None, progress: bool = True, live: Any = None,
           resume: Resume | None = None, kl_weight: float | dict[str, list[float]] = 0.0,
-          update_hooks: Sequence[Callable[[int], None]] = (),
+          update_hooks: Sequence[Callable[[int], None]] = (), prefetch: bool | None = None,
           amp: str | None = None, fork_at: int | None = None) -> dict[str, Any]:
     """Train ``model`` in place; returns the final summary (also left in ``<out>/checkpoints``).
 
@@ -325,6 +326,10 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     ``set_num_updates``; head selection's τ and noise schedule: ``HeadSelectionTraining.set_num_updates``).
     The loop knows no variant: what a variant changes in training reaches it through these two. Put
     them into ``run_config`` too (they change the run).
+    ``prefetch``: collate the next update's batches in a background thread (pinned, for asynchronous
+    copies) while this update runs; None: on CUDA only, where the GPU would otherwise wait for the host
+    (memory-mapped reads, normalisation, SpecAugment). The batches are the same either way: SpecAugment
+    draws from a generator seeded by the batch's place, never from the global RNG.
     ``fork_at``: also write the full training state after that update to ``checkpoints/fork.pt``
     (``local.asr_pretraining: fork``: another run continues from it with another attention spec,
     passed as ``Resume(..., state=<fork.pt>, fork=True)``). It does not change the training.
@@ -361,6 +366,26 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
         folding.load_state(resume.state.get("fold"))
     specaug = SpecAugmentConfig(time_mask_p=cfg.specaug_time_p) if cfg.specaugment else None
 
+    def collate_update(epoch: int, group_in_epoch: int) -> list:
+        """This process's batches of update group ``group_in_epoch`` of ``epoch``."""
+        mine = groups[group_in_epoch][rank * per_rank:(rank + 1) * per_rank]
+        out = []
+        for b, idx in enumerate(mine):
+            # Seeded by the batch's place in the update group (not by which rank holds it), so
+            # n ranks draw the same masks as 1 process with the same update_freq;
+            # with one process this is the same seed as (rank=0, b).
+            pos = rank * per_rank + b
+            gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, epoch, group_in_epoch, 0, pos))
+            batch = collate(train_ds, idx, specaugment=specaug, generator=gen,
+                            pad_frames_to=pad_frames_to, pad_tokens_to=pad_tokens_to)
+            out.append(batch.pin_memory() if pin else batch)
+        return out
+
+    prefetch = device.type == "cuda" if prefetch is None else prefetch
+    pin = prefetch and device.type == "cuda"
+    pool = ThreadPoolExecutor(1, thread_name_prefix="collate") if prefetch else None
+    ahead: tuple[tuple[int, int], Any] | None = None  # the next update's (epoch, group) and its future
+
     model.train()
     bar = tqdm(total=cfg.max_updates, initial=st.update, desc=f"train {Path(out_dir).name}", unit="upd",
                disable=not progress or rank != 0, dynamic_ncols=True)
@@ -371,23 +396,20 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             raise ValueError(f"train set too small for one update: fewer than {cfg.update_freq} batches "
                              f"of max_frames={cfg.max_frames}; lower update_freq or max_frames")
         while st.group_in_epoch < len(groups) and st.update < cfg.max_updates:
-            group = groups[st.group_in_epoch]
-            mine = group[rank * per_rank:(rank + 1) * per_rank]
             optimizer.zero_grad(set_to_none=True)
             # the CTC weight for u = updates completed so far (resume-safe)
             criterion.ctc_weight = ctc_weight_at(st.update, cfg.ctc_weight, cfg.ctc_decay_from, cfg.max_updates,
                                                  cfg.ctc_start_updates, cfg.ctc_start_weight)
             for hook in update_hooks:  # u = updates completed so far (resume-safe)
                 hook(st.update)
-            batches = []  # on the host: their sizes are read here without waiting for the GPU
-            for b, idx in enumerate(mine):
-                # Seeded by the batch's place in the update group (not by which rank holds it), so
-                # n ranks draw the same masks as 1 process with the same update_freq;
-                # with one process this is the same seed as (rank=0, b).
-                pos = rank * per_rank + b
-                gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, st.epoch, st.group_in_epoch, 0, pos))
-                batches.append(collate(train_ds, idx, specaugment=specaug, generator=gen,
-                                       pad_frames_to=pad_frames_to, pad_tokens_to=pad_tokens_to))
+            # on the host: their sizes are read here without waiting for the GPU
+            if ahead is not None and ahead[0] == (st.epoch, st.group_in_epoch):
+                batches = ahead[1].result()
+            else:
+                batches = collate_update(st.epoch, st.group_in_epoch)
+            ahead = None
+            if pool is not None and st.group_in_epoch + 1 < len(groups) and st.update + 1 < cfg.max_updates:
+                ahead = ((st.epoch, st.group_in_epoch + 1), pool.submit(collate_update, st.epoch, st.group_in_epoch + 1))
             local_tokens = sum(x.n_target_tokens for x in batches)
             tokens = torch.full((), float(local_tokens), device=device)  # a fill kernel: no host-to-device copy to wait for
             if world > 1:
@@ -438,6 +460,8 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             st.epoch += 1
             st.group_in_epoch = 0
     bar.close()
+    if pool is not None:
+        pool.shutdown(wait=True)
     if rank == 0:
         snaps = sorted(snap_dir.glob("update_*.pt"))[-cfg.average_last:]
         ckpt.save(ckpt_dir / "avg_last_k.pt", {"model": ckpt.average_state_dicts(snaps),

@@ -57,11 +57,12 @@ def build(prepared: Path, task: str = "asr", seed: int = 1, model: dict | None =
 
 
 def run_training(prepared: Path, out: Path, *, task: str = "asr", seed: int = 1, train_overrides: dict | None = None,
-                 model: dict | None = None, live: Any = None) -> tuple[S2TTransformer, dict]:
+                 model: dict | None = None, live: Any = None, prefetch: bool | None = None) -> tuple[S2TTransformer, dict]:
     """Build and train; returns (model, summary)."""
     cfg = train_config(seed=seed, **(train_overrides or {}))
     net, train_ds, dev_ds, run_config = build(prepared, task, seed, model)
-    summary = train(net, cfg, train_ds, dev_ds, out, run_config=run_config, progress=False, live=live)
+    summary = train(net, cfg, train_ds, dev_ds, out, run_config=run_config, progress=False, live=live,
+                    prefetch=prefetch)
     return net, summary
 
 

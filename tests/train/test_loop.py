@@ -17,6 +17,7 @@ import torch
 
 import _driver
 from lib.train import checkpoint as ckpt
+from lib.train import loop
 
 DRIVER = Path(_driver.__file__).resolve()
 
@@ -47,6 +48,28 @@ def test_same_seed_gives_bit_identical_runs(prepared: Path, tmp_path: Path) -> N
                           ckpt.load(tmp_path / "b/checkpoints" / name)["model"])
     assert state_differs(m1.state_dict(), m3.state_dict())
     assert s1["history"] != s3["history"]
+
+
+def test_prefetching_the_next_updates_batches_trains_the_same(prepared: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """prefetch (on by default on CUDA): the next update's batches collated in a thread while this one
+    runs. Forced on here, on a CPU, across an epoch boundary: the same weights, bit for bit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    submitted = []
+
+    class Counting(ThreadPoolExecutor):
+        def submit(self, fn, *args, **kwargs):
+            submitted.append(args)
+            return super().submit(fn, *args, **kwargs)
+
+    m1, s1 = _driver.run_training(prepared, tmp_path / "a", prefetch=False)
+    assert not submitted
+    monkeypatch.setattr(loop, "ThreadPoolExecutor", Counting)
+    m2, s2 = _driver.run_training(prepared, tmp_path / "b", prefetch=True)
+    assert s1["epochs_started"] == 2 and len(submitted) >= 5  # most updates' batches came from the thread
+    assert_same_state(m1.state_dict(), m2.state_dict())
+    assert s1["history"] == s2["history"]
 
 
 # ----------------------------------------------------------------------------- resume after SIGKILL
