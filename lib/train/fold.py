@@ -84,7 +84,8 @@ class FoldPolicy:
     * ``auto``: on CUDA, fold when the folded batch's estimated peak fits in :data:`FOLD_MEMORY_SHARE` of
       the card: the first update of the process accumulates and measures the peak memory per padded
       frame slot of its batches (host-side allocator statistics: no device sync), and each later update
-      folds when ``memory before + slots x that x FOLD_MARGIN`` fits. An out-of-memory error of a folded
+      folds when ``memory before + slots x that x FOLD_MARGIN`` fits; every later batch, folded or not,
+      raises that per-slot peak if it needed more. An out-of-memory error of a folded
       update (one process) redoes the update accumulated and keeps accumulating (:func:`_update_gradients`).
       What it learnt is kept in last.pt (:meth:`state`), so a resumed run folds the updates the
       uninterrupted run folds. On a CPU auto accumulates: folding is not measured faster there, and the
@@ -109,9 +110,13 @@ class FoldPolicy:
     def slots(batch: Batch) -> int:
         return int(batch.feats.shape[0] * batch.feats.shape[1])
 
+    def learning(self) -> bool:
+        """Whether this policy measures its batches' memory (``auto`` on CUDA, until it gives up)."""
+        return self.mode == "auto" and self.exact and self.device.type == "cuda" and not self.gave_up
+
     def measuring(self) -> bool:
-        return (self.mode == "auto" and self.exact and self.device.type == "cuda" and self.per_slot is None
-                and not self.gave_up)
+        """Whether the first measurement is still to come (until then nothing is folded)."""
+        return self.learning() and self.per_slot is None
 
     def decide(self, batches: list[Batch]) -> bool:
         if len(batches) < 2 or self.mode == "off":
@@ -131,12 +136,15 @@ class FoldPolicy:
         return fits
 
     def before_batch(self) -> None:
-        if self.measuring():
+        if self.learning():
             torch.cuda.reset_peak_memory_stats(self.device)
             self.base = torch.cuda.memory_allocated(self.device)
 
     def after_batch(self, batch: Batch, last: bool) -> None:
-        if not self.measuring():
+        """The peak per padded slot of every batch, accumulated or folded, raises the estimate: a folded
+        batch that needs more per slot than the first update's (longer utterances: attention grows
+        with N²) makes the next decisions more careful instead of running out of memory."""
+        if not self.learning():
             return
         peak = (torch.cuda.max_memory_allocated(self.device) - self.base) / max(self.slots(batch), 1)
         self._peak = max(self._peak, peak)

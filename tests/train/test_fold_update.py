@@ -327,3 +327,28 @@ def test_update_freq_is_the_whole_update_split_among_processes():
     with pytest.raises(ValueError, match=r"update_freq: 8 batches per update do not split evenly over 3 processes.*"
                                          r"e\.g\. 1, 2, 4, 8"):
         batches_per_process(8, 3)
+
+
+def test_fold_policy_auto_keeps_learning_from_every_batch(monkeypatch):
+    """The per-slot peak is measured on the first update and raised by any later batch, folded or not,
+    that needed more: a fold whose attention grew faster than linearly makes the next decisions careful."""
+    mem = {"allocated": 1000, "peak": 0}
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: mem.update(peak=mem["allocated"]))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: mem["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: mem["peak"])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: type("P", (), {"total_memory": 10**6}))
+    policy = FoldPolicy("auto", torch.device("cuda"), 2)
+    batches = [_batch([10, 10], [2, 2], 1), _batch([10, 10], [2, 2], 2)]  # 2 x 10 slots each, 40 folded
+
+    def run(steps, bytes_per_slot):
+        for i, b in enumerate(steps):
+            policy.before_batch()
+            mem["peak"] = mem["allocated"] + bytes_per_slot * FoldPolicy.slots(b)
+            policy.after_batch(b, i == len(steps) - 1)
+
+    assert policy.decide(batches) is False  # nothing measured yet: accumulate the first update
+    run(batches, 100)
+    assert policy.per_slot == 100 and policy.decide(batches) is True  # 1000 + 40 x 100 x 1.25 fits in 850k
+    run([merge_batches(batches)], 20_000)  # the folded batch needed 200 x more per slot
+    assert policy.per_slot == 20_000
+    assert policy.decide(batches) is False  # 1000 + 40 x 20k x 1.25 = 1.0 M > 0.85 x 1 M: accumulate
