@@ -89,6 +89,8 @@ def run_stage(main: Callable[[], None]) -> None:
         signum = getattr(e, "signum", signal.SIGINT)
         name = signal.Signals(signum).name
         script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] not in ("", "-c") else "stage"
-        print(f"error: {script} interrupted by {name}; partial outputs removed (rerun to redo or resume)",
+        # a training run pre-empted by SIGTERM says where its state is (lib.train.resume.Preempted)
+        print(f"error: {script}: {e}" if str(e) else
+              f"error: {script} interrupted by {name}; partial outputs removed (rerun to redo or resume)",
               file=sys.stderr, flush=True)
         sys.exit(128 + signum)

@@ -42,7 +42,7 @@ from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig r
 from lib.precision import autocast, resolve_amp, resolve_padding
 from lib.train import checkpoint as ckpt
 from lib.train.distributed import dist_info, init_distributed  # noqa: F401 (re-exported)
-from lib.train.resume import Resume, decide_resume, train_config_dict  # noqa: F401 (re-exported)
+from lib.train.resume import Preempted, Resume, StopOnSigterm, decide_resume, train_config_dict  # noqa: F401 (re-exported)
 from lib.model.attention import variant_parameters
 from lib.train.criterion import Criterion, HostCounts  # noqa: F401 (Criterion, HostCounts re-exported)
 from lib.train.fold import (  # noqa: F401 (the fold's names re-exported)
@@ -390,75 +390,82 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     bar = tqdm(total=cfg.max_updates, initial=st.update, desc=f"train {Path(out_dir).name}", unit="upd",
                disable=not progress or rank != 0, dynamic_ncols=True)
     frames_seen, t0 = 0, time.perf_counter()
-    while st.update < cfg.max_updates:
-        groups = _update_groups(train_ds, cfg, st.epoch)
-        if not groups:
-            raise ValueError(f"train set too small for one update: fewer than {cfg.update_freq} batches "
-                             f"of max_frames={cfg.max_frames}; lower update_freq or max_frames")
-        while st.group_in_epoch < len(groups) and st.update < cfg.max_updates:
-            optimizer.zero_grad(set_to_none=True)
-            # the CTC weight for u = updates completed so far (resume-safe)
-            criterion.ctc_weight = ctc_weight_at(st.update, cfg.ctc_weight, cfg.ctc_decay_from, cfg.max_updates,
-                                                 cfg.ctc_start_updates, cfg.ctc_start_weight)
-            for hook in update_hooks:  # u = updates completed so far (resume-safe)
-                hook(st.update)
-            # on the host: their sizes are read here without waiting for the GPU
-            if ahead is not None and ahead[0] == (st.epoch, st.group_in_epoch):
-                batches = ahead[1].result()
-            else:
-                batches = collate_update(st.epoch, st.group_in_epoch)
-            ahead = None
-            if pool is not None and st.group_in_epoch + 1 < len(groups) and st.update + 1 < cfg.max_updates:
-                ahead = ((st.epoch, st.group_in_epoch + 1), pool.submit(collate_update, st.epoch, st.group_in_epoch + 1))
-            local_tokens = sum(x.n_target_tokens for x in batches)
-            tokens = torch.full((), float(local_tokens), device=device)  # a fill kernel: no host-to-device copy to wait for
-            if world > 1:
-                dist.all_reduce(tokens)
-            pending = _update_gradients(net, batches, tokens, world, device, amp, scaler, folding, optimizer, say)
-            logged = _read_parts(pending, st)
-            frames_seen += sum(x.n_frames for x in batches)
-            scaler.unscale_(optimizer)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm))
-            # fairseq sets the lr for update k from k - 1 completed updates (update 1 runs at warmup_init_lr).
-            lr = learning_rate(st.update, cfg.lr_scheduler, cfg.lr, cfg.warmup_updates, cfg.max_updates,
-                               cfg.warmup_init_lr)
-            for g in optimizer.param_groups:
-                g["lr"] = lr * g.get("lr_scale", 1.0)
-            scaler.step(optimizer)
-            scaler.update()
-            st.update += 1
-            st.group_in_epoch += 1
-            train_loss = logged["ce"] / max(local_tokens, 1)
-            bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}",
-                            fps=f"{frames_seen / max(time.perf_counter() - t0, 1e-9):.0f}")
-            bar.update(1)
-            row = {"update": st.update, "train/loss": train_loss, "train/lr": lr, "train/grad_norm": grad_norm}
-            if "ctc" in logged:
-                row["train/ctc"] = logged["ctc"] / max(local_tokens - sum(len(x.ids) for x in batches), 1)
-            if "kl" in logged:
-                row["train/kl"] = logged["kl"] / max(local_tokens, 1)
-            if st.update % cfg.eval_every == 0 or st.update == cfg.max_updates:
-                metrics = _dev_metrics(model, dev_ds, cfg, device, amp, evaluate if rank == 0 else None)
-                if rank == 0:
-                    _keep_best(metrics, st, model, cfg, ckpt_dir)
-                row.update(metrics)
-                say(" ".join(f"{k}={v:.4g}" for k, v in row.items()))
-            if live is not None and rank == 0:
-                live.step = st.update
-                for k, v in row.items():
-                    if k != "update":
-                        live.log_metric(k, v)
-                live.next_step()
-            if "dev/loss" in row:
-                st.history.append(row)
-            if fork_at is not None and st.update == fork_at:  # before last.pt: a kill in between redoes it
-                _save_fork(ckpt_dir, model, optimizer, st, resume, rank, world)
-            if st.update % cfg.save_every == 0 or st.update == cfg.max_updates:
-                _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg.average_last, rank, world,
-                                 fold=folding.state())
-        if st.group_in_epoch >= len(groups):
-            st.epoch += 1
-            st.group_in_epoch = 0
+    with StopOnSigterm() as sigterm:  # SIGTERM: finish the update, save, stop
+        while st.update < cfg.max_updates:
+            groups = _update_groups(train_ds, cfg, st.epoch)
+            if not groups:
+                raise ValueError(f"train set too small for one update: fewer than {cfg.update_freq} batches "
+                                 f"of max_frames={cfg.max_frames}; lower update_freq or max_frames")
+            while st.group_in_epoch < len(groups) and st.update < cfg.max_updates:
+                optimizer.zero_grad(set_to_none=True)
+                # the CTC weight for u = updates completed so far (resume-safe)
+                criterion.ctc_weight = ctc_weight_at(st.update, cfg.ctc_weight, cfg.ctc_decay_from, cfg.max_updates,
+                                                     cfg.ctc_start_updates, cfg.ctc_start_weight)
+                for hook in update_hooks:  # u = updates completed so far (resume-safe)
+                    hook(st.update)
+                # on the host: their sizes are read here without waiting for the GPU
+                if ahead is not None and ahead[0] == (st.epoch, st.group_in_epoch):
+                    batches = ahead[1].result()
+                else:
+                    batches = collate_update(st.epoch, st.group_in_epoch)
+                ahead = None
+                if pool is not None and st.group_in_epoch + 1 < len(groups) and st.update + 1 < cfg.max_updates:
+                    ahead = ((st.epoch, st.group_in_epoch + 1), pool.submit(collate_update, st.epoch, st.group_in_epoch + 1))
+                local_tokens = sum(x.n_target_tokens for x in batches)
+                tokens = torch.full((), float(local_tokens), device=device)  # a fill kernel: no host-to-device copy to wait for
+                if world > 1:
+                    dist.all_reduce(tokens)
+                pending = _update_gradients(net, batches, tokens, world, device, amp, scaler, folding, optimizer, say)
+                logged = _read_parts(pending, st)
+                frames_seen += sum(x.n_frames for x in batches)
+                scaler.unscale_(optimizer)
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm))
+                # fairseq sets the lr for update k from k - 1 completed updates (update 1 runs at warmup_init_lr).
+                lr = learning_rate(st.update, cfg.lr_scheduler, cfg.lr, cfg.warmup_updates, cfg.max_updates,
+                                   cfg.warmup_init_lr)
+                for g in optimizer.param_groups:
+                    g["lr"] = lr * g.get("lr_scale", 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+                st.update += 1
+                st.group_in_epoch += 1
+                train_loss = logged["ce"] / max(local_tokens, 1)
+                bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}",
+                                fps=f"{frames_seen / max(time.perf_counter() - t0, 1e-9):.0f}")
+                bar.update(1)
+                row = {"update": st.update, "train/loss": train_loss, "train/lr": lr, "train/grad_norm": grad_norm}
+                if "ctc" in logged:
+                    row["train/ctc"] = logged["ctc"] / max(local_tokens - sum(len(x.ids) for x in batches), 1)
+                if "kl" in logged:
+                    row["train/kl"] = logged["kl"] / max(local_tokens, 1)
+                if st.update % cfg.eval_every == 0 or st.update == cfg.max_updates:
+                    metrics = _dev_metrics(model, dev_ds, cfg, device, amp, evaluate if rank == 0 else None)
+                    if rank == 0:
+                        _keep_best(metrics, st, model, cfg, ckpt_dir)
+                    row.update(metrics)
+                    say(" ".join(f"{k}={v:.4g}" for k, v in row.items()))
+                if live is not None and rank == 0:
+                    live.step = st.update
+                    for k, v in row.items():
+                        if k != "update":
+                            live.log_metric(k, v)
+                    live.next_step()
+                if "dev/loss" in row:
+                    st.history.append(row)
+                if fork_at is not None and st.update == fork_at:  # before last.pt: a kill in between redoes it
+                    _save_fork(ckpt_dir, model, optimizer, st, resume, rank, world)
+                saved = st.update % cfg.save_every == 0 or st.update == cfg.max_updates
+                if saved:
+                    _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg.average_last, rank, world,
+                                     fold=folding.state())
+                if sigterm.requested(world):  # pre-empted: keep this update, then stop (the same command continues)
+                    if not saved:
+                        _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg.average_last, rank, world,
+                                         fold=folding.state())
+                    raise Preempted(st.update, ckpt_dir / "last.pt")
+            if st.group_in_epoch >= len(groups):
+                st.epoch += 1
+                st.group_in_epoch = 0
     bar.close()
     if pool is not None:
         pool.shutdown(wait=True)

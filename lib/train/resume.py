@@ -5,10 +5,13 @@ Under torchrun rank 0 decides and broadcasts. The loop (lib/train/loop.py) resto
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
@@ -111,3 +114,52 @@ def _fall_back_to_prev(path: Path, prev: Path, error: Exception, log: Callable[[
     log(f"{path} cannot be read ({reason}): resuming from the state one save back ({prev.name}, update "
         f"{update}); the unreadable file is kept as {corrupt.name}")
     return state
+
+
+class Preempted(KeyboardInterrupt):
+    """A run stopped by SIGTERM (a cluster's pre-emption, ``kill``, ``timeout``) after it saved its
+    training state: the same command continues it. A KeyboardInterrupt, so a stage ends with one line
+    and exit code 143 (stages/_common.py's ``run_stage``), as for any SIGTERM."""
+
+    def __init__(self, update: int, path: Path) -> None:
+        self.signum = signal.SIGTERM
+        self.update, self.path = update, path
+        super().__init__(f"stopped by SIGTERM after update {update}; its training state is in {path}: "
+                         f"the same command continues it")
+
+
+class StopOnSigterm:
+    """While training (a context manager), SIGTERM only asks the loop to stop: it finishes the update it
+    is in, saves the training state and raises :class:`Preempted`, so a pre-empted run loses no update.
+    Outside, the process's own SIGTERM handling applies again. Main thread only (elsewhere: inert).
+    Under torchrun every rank gets the signal; :meth:`requested` agrees across ranks (one all-reduce
+    per update), so no rank waits in a collective for one that has left."""
+
+    def __init__(self) -> None:
+        self.flag = False
+        self._old: Any = None
+        self._installed = False
+
+    def __enter__(self) -> "StopOnSigterm":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._old)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.flag = True
+
+    def requested(self, world: int) -> bool:
+        if world == 1:
+            return self.flag
+        flag = torch.tensor(float(self.flag), device=_collective_device())
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def _collective_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -80,8 +81,11 @@ class _ProgressLive:
         print(f"update {self.step}", flush=True)
         if self.block_at is not None and self.step == self.block_at:
             print(f"BLOCKED at update {self.step}", flush=True)
-            while True:  # wait for SIGKILL
-                time.sleep(1)
+            while True:  # wait for SIGKILL, or until SIGTERM reaches the training loop's handler
+                stop = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)  # lib.train.resume.StopOnSigterm
+                if getattr(stop, "flag", False):
+                    break
+                time.sleep(0.1)
 
 
 def _block_in_save(target: str) -> None:

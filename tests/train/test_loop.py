@@ -182,6 +182,41 @@ def test_killed_run_resumes_to_the_uninterrupted_result(prepared: Path, tmp_path
     assert not list(out_b.rglob(".*.tmp-*"))  # no temporary file left behind
 
 
+def test_sigterm_saves_the_update_it_stopped_after_and_the_same_command_continues(prepared: Path, tmp_path: Path,
+                                                                                   uninterrupted) -> None:
+    """A pre-emption (SIGTERM) during training: the loop finishes its update, saves last.pt there (off
+    the save_every=2 schedule: no update is lost) and stops with one line; the rerun continues from that
+    update and ends bit-identical to the uninterrupted run."""
+    out_a, state_a, summary_a = uninterrupted
+    out_b = tmp_path / "b"
+    spec = {"prepared": str(prepared), "out": str(out_b)}
+    proc, lines = _start_driver(spec, {"TRAIN_DRIVER_BLOCK_AT": "5"})  # hold after update 5 until signalled
+    try:
+        _read_until(lines, "BLOCKED at update 5", timeout=60)
+        os.kill(proc.pid, signal.SIGTERM)
+        log = _read_until(lines, "stopped by SIGTERM", timeout=60)
+        assert proc.wait(timeout=30) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert f"stopped by SIGTERM after update 5; its training state is in {out_b / 'checkpoints' / 'last.pt'}" in log
+    assert ckpt.load(out_b / "checkpoints/last.pt")["run_state"]["update"] == 5  # not 4: nothing lost
+
+    proc, lines = _start_driver(spec, {})
+    try:
+        log = _read_until(lines, "DONE", timeout=60)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert f"resumed from {out_b / 'checkpoints' / 'last.pt'} at update 5" in log
+    final_b = torch.load(out_b / "final.pt", weights_only=True)
+    assert_same_state(state_a, final_b["model"])
+    assert final_b["summary"]["history"] == summary_a["history"]
+
+
 def test_rerunning_a_finished_run_changes_nothing(prepared: Path, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     overrides = {"max_updates": 3, "save_every": 3, "eval_every": 3}
