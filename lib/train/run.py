@@ -299,8 +299,12 @@ def execute(task: RunTask, progress: bool = True) -> dict[str, Any]:
     # `auto` padding resolved: the run's config (resume fingerprint, fork state) holds the numbers used
     task.cfg = cfg = dataclasses.replace(task.cfg, pad_frames_to=pad[0], pad_tokens_to=pad[1])
     decode_amp = resolve_amp(cfg.amp, device)
+    tf32 = device.type == "cuda" and amp == "none"
+    if tf32:  # fp32 training on a card: its matmuls and convolutions on the tensor cores (TF32)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     if rank == 0:
-        print(task.describe(amp, decode_amp, pad, device)
+        print(task.describe(amp, decode_amp, pad, device) + ("; fp32 matmuls in TF32" if tf32 else "")
               + (f"; {threads} CPU thread{'s' * (threads > 1)} (parallel.jobs)" if threads is not None else ""),
               file=sys.stderr)
     run_config = task.run_config(amp, world, data_digest, threads)
