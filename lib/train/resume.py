@@ -61,12 +61,27 @@ def decide_resume(ckpt_dir: Path, cfg: TrainConfig, run_config: dict[str, Any],
     config = {"train": train_config_dict(cfg), **run_config}
     fp = ckpt.fingerprint(config)
     rank, world = dist_info()
-    state = _matching_last(Path(ckpt_dir), fp, config, log or tqdm.write) if rank == 0 else None
-    if world > 1:  # every rank resumes from what rank 0 found
-        obj = [state]
+    state: Any = None
+    if rank == 0:
+        try:
+            state = _matching_last(Path(ckpt_dir), fp, config, log or tqdm.write)
+        except ProcessCountChanged as e:
+            state = e
+    if world > 1:  # every rank resumes from what rank 0 found (or stops with it)
+        obj = [state if not isinstance(state, ProcessCountChanged) else {"process_count_changed": str(state)}]
         dist.broadcast_object_list(obj, src=0)
         state = obj[0]
+        if isinstance(state, dict) and "process_count_changed" in state:
+            raise SystemExit(state["process_count_changed"])
+    if isinstance(state, ProcessCountChanged):
+        raise SystemExit(str(state))
     return Resume(fingerprint=fp, config=config, state=state)
+
+
+class ProcessCountChanged(Exception):
+    """``last.pt`` is this run's but was made by another number of processes: resuming would not
+    continue it exactly (every process has its own dropout stream), and starting afresh would throw the
+    training away; the run stops and says how to do either."""
 
 
 def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable[[str], None]) -> dict | None:
@@ -85,6 +100,15 @@ def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable
         state = _fall_back_to_prev(path, prev, e, log)
     if state.get("fingerprint") == fingerprint:
         return state
+    theirs = state.get("config", {})
+    if "world_size" in theirs and theirs.get("world_size") != config.get("world_size") and \
+            {k: v for k, v in theirs.items() if k != "world_size"} == {k: v for k, v in config.items() if k != "world_size"}:
+        n, m = theirs["world_size"], config.get("world_size")
+        raise ProcessCountChanged(
+            f"error: {path} was made by {n} process{'es' * (n != 1)} and this run has {m}: the same update, but "
+            f"not the same dropout streams, so it would not continue exactly. Resume it with {n} "
+            f"(torchrun --nproc_per_node={n}{', or plain python' if n == 1 else ''}), or delete {path.parent} "
+            f"to train this run afresh with {m}")
     diff = ckpt.config_diff(state.get("config", {}), config)
     stale = path.with_name(f"last.stale-{state.get('fingerprint', 'unknown')}.pt")
     removed = sorted(old.name for old in path.parent.glob("last.stale-*.pt") if old != stale)

@@ -261,6 +261,27 @@ def test_last_pt_of_another_config_is_moved_aside(prepared: Path, tmp_path: Path
     assert ckpt.load(out / "checkpoints/avg_last_k.pt")["updates"] == [2]
 
 
+def test_a_run_resumed_with_another_process_count_stops_and_says_how(tmp_path: Path) -> None:
+    """last.pt of this very run but made by 1 process, resumed by 2: not moved aside (the training would
+    be thrown away) nor resumed (the dropout streams differ): one line with both remedies. Another key
+    differing as well is another config: moved aside as before."""
+    from lib.train.resume import decide_resume, train_config_dict
+
+    cfg = _driver.train_config()
+    made = {"task": "asr", "data": "x", "world_size": 1}
+    ckpt_dir = tmp_path / "checkpoints"
+    config = {"train": train_config_dict(cfg), **made}
+    ckpt.save(ckpt_dir / "last.pt", {"fingerprint": ckpt.fingerprint(config), "config": config,
+                                     "run_state": {"update": 6}})
+    with pytest.raises(SystemExit, match=r"last.pt was made by 1 process and this run has 2: .* Resume it with 1 "
+                                         r"\(torchrun --nproc_per_node=1, or plain python\), or delete .*checkpoints"):
+        decide_resume(ckpt_dir, cfg, {**made, "world_size": 2})
+    assert (ckpt_dir / "last.pt").is_file()  # kept
+    logged = []
+    resume = decide_resume(ckpt_dir, cfg, {**made, "world_size": 2, "data": "y"}, log=logged.append)
+    assert resume.state is None and "NOT resuming" in logged[0] and not (ckpt_dir / "last.pt").exists()
+
+
 def test_only_the_newest_stale_last_pt_is_kept(prepared: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Two config changes in a row: each mismatching last.pt is moved aside, the older stale file
