@@ -66,6 +66,11 @@ class TrainConfig:
     # instead of k accumulated batches; same gradient up to float rounding (lib.train.loop.FoldPolicy).
     # auto: fold on CUDA when the folded batch's estimated peak memory fits, else accumulate (on a CPU: accumulate)
     fold_update: str = "auto"  # auto | on | off
+    # With update_freq k > 1, which batches share an update: "length" (this project's choice): the
+    # epoch's batches sorted by length, taken k at a time, the updates then shuffled, so a folded update
+    # pads little; "shuffled": k consecutive batches of the shuffled epoch (fairseq's accumulation).
+    # The same with update_freq 1 (lib.train.loop._update_groups).
+    update_grouping: str = "length"  # length | shuffled
     # The peak lr of the attention variants' own parameters (head-selection logits, band-prior logits,
     # predicted-gate vector and bias: lib.model.attention.VariantParameter), one optimizer group
     # outside encoder_lr_scale / encoder_layer_lr_decay and weight decay, on this run's lr schedule
@@ -81,6 +86,8 @@ class TrainConfig:
             raise ValueError(f"{prefix}.amp must be one of {list(AMP_MODES)}, got {self.amp!r}")
         if self.fold_update not in FOLD_MODES:
             raise ValueError(f"{prefix}.fold_update must be one of {list(FOLD_MODES)}, got {self.fold_update!r}")
+        if self.update_grouping not in ("length", "shuffled"):
+            raise ValueError(f"{prefix}.update_grouping must be one of ['length', 'shuffled'], got {self.update_grouping!r}")
         if self.lr_scheduler not in LR_SCHEDULERS:
             raise ValueError(f"{prefix}.lr_scheduler must be one of {list(LR_SCHEDULERS)}, got {self.lr_scheduler!r}")
         for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",

@@ -92,10 +92,23 @@ def batches_per_process(update_freq: int, world: int) -> int:
 
 def _update_groups(train_ds: SpeechDataset, cfg: TrainConfig, epoch: int) -> list[list[list[int]]]:
     """The epoch's batches, grouped per update: each group has ``update_freq`` batches, split among the
-    processes (the last, shorter group is dropped so every update has the same number of batches)."""
+    processes (the last, shorter group is dropped so every update has the same number of batches).
+
+    ``update_grouping: length`` (with ``update_freq`` > 1): the batches sorted by their longest item
+    (stably, from the shuffled order), taken ``update_freq`` at a time, and the updates shuffled by a
+    generator of (seed, epoch): an update's batches have similar lengths, so a folded update pads
+    little (MuST-C's mix padded to its longest batch would fill 2-3 x the slots). ``shuffled``: consecutive
+    batches of the shuffled epoch. With ``update_freq`` 1 both are the shuffled batches, as before."""
     batches = batch_by_frames(train_ds.n_frames, cfg.max_frames, shuffle=True, seed=cfg.seed, epoch=epoch)
     per_update = cfg.update_freq
-    return [batches[i:i + per_update] for i in range(0, len(batches) - per_update + 1, per_update)]
+    if per_update > 1 and cfg.update_grouping == "length":
+        n_frames = train_ds.n_frames
+        batches = sorted(batches, key=lambda b: max(int(n_frames[i]) for i in b))
+    groups = [batches[i:i + per_update] for i in range(0, len(batches) - per_update + 1, per_update)]
+    if per_update > 1 and cfg.update_grouping == "length":
+        order = torch.randperm(len(groups), generator=torch.Generator().manual_seed(_batch_seed(cfg.seed, epoch, 1)))
+        groups = [groups[i] for i in order.tolist()]
+    return groups
 
 
 def _batch_seed(*parts: int) -> int:
@@ -434,6 +447,9 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                                 fps=f"{frames_seen / max(time.perf_counter() - t0, 1e-9):.0f}")
                 bar.update(1)
                 row = {"update": st.update, "train/loss": train_loss, "train/lr": lr, "train/grad_norm": grad_norm}
+                if len(batches) > 1:  # padded frame slots of the update folded into one batch / its frames
+                    row["train/fold_padding"] = (sum(len(x.ids) for x in batches) * max(x.feats.shape[1] for x in batches)
+                                                 / max(sum(x.n_frames for x in batches), 1))
                 if "ctc" in logged:
                     row["train/ctc"] = logged["ctc"] / max(local_tokens - sum(len(x.ids) for x in batches), 1)
                 if "kl" in logged:

@@ -36,7 +36,7 @@ class Resume:
 #: Training keys added after runs were fingerprinted, with the value that changes nothing: left out of
 #: the fingerprint at that value, so checkpoints (and fork states) of earlier runs keep matching.
 _NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0, "ctc_decay_from": 0, "encoder_layer_lr_decay": 1.0,
-                       "fold_update": "auto", "variant_lr": None}
+                       "fold_update": "auto", "variant_lr": None, "update_grouping": "length"}
 
 
 def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
