@@ -106,6 +106,19 @@ def _read_until(lines: "queue.Queue[str | None]", marker: str, timeout: float) -
             return "".join(out)
 
 
+def _run_to_done(spec: dict) -> str:
+    """Run the driver to the end (no interruption); its output."""
+    proc, lines = _start_driver(spec, {})
+    try:
+        log = _read_until(lines, "DONE", timeout=60)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return log
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
     """Run A: 8 updates without interruption (one thread, like the driver)."""
@@ -155,14 +168,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(prepared: Path, tmp_path
             proc.wait()
     assert not (out_b / "final.pt").exists()
 
-    proc, lines = _start_driver(spec, {})
-    try:
-        log = _read_until(lines, "DONE", timeout=60)
-        assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    log = _run_to_done(spec)
     assert f"resumed from {out_b / 'checkpoints' / 'last.pt'} at update {killed_at}" in log
     done = [line for line in log.splitlines() if line.startswith("update ")]
     assert done == [f"update {n}" for n in range(killed_at + 1, 9)], log  # continued, not restarted
@@ -203,14 +209,7 @@ def test_sigterm_saves_the_update_it_stopped_after_and_the_same_command_continue
     assert f"stopped by SIGTERM after update 5; its training state is in {out_b / 'checkpoints' / 'last.pt'}" in log
     assert ckpt.load(out_b / "checkpoints/last.pt")["run_state"]["update"] == 5  # not 4: nothing lost
 
-    proc, lines = _start_driver(spec, {})
-    try:
-        log = _read_until(lines, "DONE", timeout=60)
-        assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    log = _run_to_done(spec)
     assert f"resumed from {out_b / 'checkpoints' / 'last.pt'} at update 5" in log
     final_b = torch.load(out_b / "final.pt", weights_only=True)
     assert_same_state(state_a, final_b["model"])
