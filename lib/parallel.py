@@ -33,10 +33,11 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def resolve_jobs(jobs: int | str, *, cuda: bool | None = None) -> int:
+def resolve_jobs(jobs: int | str, *, cuda: bool | None = None, processes_per_run: int = 1) -> int:
     """``parallel.jobs`` as a number: an integer as given; ``auto`` -> with CUDA the number of visible
-    GPUs (one run per GPU: each training process claims its own, :func:`claim_gpu`), else the number
-    of cores, at most :data:`MAX_AUTO_JOBS` either way. ``cuda=None`` asks torch."""
+    GPUs over ``processes_per_run`` (``train_st.processes``: one run per GPU, or per that many; each
+    run claims its own, :func:`claim_gpu`), else the number of cores, at most :data:`MAX_AUTO_JOBS`
+    either way. ``cuda=None`` asks torch."""
     if jobs != "auto":
         return int(jobs)
     if cuda is None:
@@ -46,7 +47,7 @@ def resolve_jobs(jobs: int | str, *, cuda: bool | None = None) -> int:
     if cuda:
         import torch
 
-        return max(1, min(MAX_AUTO_JOBS, torch.cuda.device_count()))
+        return max(1, min(MAX_AUTO_JOBS, torch.cuda.device_count() // max(1, processes_per_run)))
     return min(MAX_AUTO_JOBS, available_cores())
 
 
@@ -74,6 +75,31 @@ def claim_gpu(keys: list[str], lock_dir: Path) -> int | None:
         _claims.append(f)
         return i
     return None
+
+
+def claim_gpus(keys: list[str], lock_dir: Path, n: int) -> list[int] | None:
+    """``n`` GPUs claimed as by :func:`claim_gpu` (for one run in ``n`` processes), their indices in
+    ``keys``; None, with nothing claimed, when fewer than ``n`` are free."""
+    held = len(_claims)
+    got: list[int] = []
+    free = list(range(len(keys)))
+    while len(got) < n:
+        i = claim_gpu([keys[j] for j in free], lock_dir)
+        if i is None:
+            for f in _claims[held:]:  # release the partial claim
+                f.close()
+            del _claims[held:]
+            return None
+        got.append(free.pop(i))
+    return got
+
+
+def gpu_keys() -> list[str]:
+    """One stable name per visible GPU (its UUID) for :func:`claim_gpu`: the same card has the same name
+    whatever ``CUDA_VISIBLE_DEVICES`` numbers it."""
+    import torch
+
+    return [str(getattr(torch.cuda.get_device_properties(i), "uuid", i)) for i in range(torch.cuda.device_count())]
 
 
 def threads_per_run(jobs: int | str, *, cuda: bool | None = None) -> int:

@@ -335,12 +335,14 @@ def main() -> None:
     from lib.parallel import resolve_jobs
 
     try:
-        value = args.jobs if args.jobs is not None else load_params(root / "params.yaml").parallel.jobs
+        params = load_params(root / "params.yaml")
     except ParamError as e:
         raise SystemExit(f"error: {e}") from None
+    value = args.jobs if args.jobs is not None else params.parallel.jobs
     if value != "auto" and not (str(value).isdigit() and int(value) >= 1):
         raise SystemExit(f"error: -j/--jobs: expected an integer >= 1 or 'auto', got {value!r}")
-    jobs = resolve_jobs(value if value == "auto" else int(value))
+    # with CUDA, auto: as many ST runs side by side as their processes (one GPU each) fit on the node
+    jobs = resolve_jobs(value if value == "auto" else int(value), processes_per_run=params.train_st.processes)
     if args.status_every is not None and not args.status_every > 0:
         raise SystemExit(f"error: --status-every: expected a number of seconds > 0, got {args.status_every}")
     if args.replay is not None:

@@ -51,7 +51,7 @@ def main() -> None:
             sys.exit(f"error: {e}")
         print(json.dumps(metrics))
         return
-    init_distributed()
+    init_distributed(p.train_asr.processes, "train_asr.processes")
     spec = spec_from_params(p, ROOT, "asr_shared" if args.shared else "asr", args.pair)
     spec.fork_at = asr_fork_at(p)  # local.asr_pretraining: fork -> keep the state train_asr_local continues
     metrics = run(spec)

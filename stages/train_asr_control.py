@@ -33,7 +33,7 @@ def main() -> None:
         attention = control_fork_attention(p, ROOT, args.system)
     except ValueError as e:
         sys.exit(f"error: {e}")
-    init_distributed()
+    init_distributed(p.train_asr.processes, "train_asr.processes")
     spec = control_fork_spec_from_params(p, ROOT, args.system, attention)
     try:  # a clear error for a missing fork state or a placeholder, before any work
         load_fork_state(spec.start_from)

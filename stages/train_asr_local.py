@@ -82,7 +82,7 @@ def shared_fork(p: Params) -> None:
         attention = shared_fork_attention(p, ROOT)
     except ValueError as e:
         sys.exit(f"error: {e}")
-    init_distributed()
+    init_distributed(p.train_asr.processes, "train_asr.processes")
     spec = shared_fork_spec_from_params(p, ROOT, attention)
     try:  # a clear error for a missing fork state or a placeholder, before any work
         load_fork_state(spec.start_from)
@@ -110,7 +110,7 @@ def own_asr_model(p: Params, pair: str) -> None:
         spec_layers = local_encoder_attention(p, ROOT, pair)
     except ValueError as e:
         sys.exit(f"error: {e}")
-    init_distributed()
+    init_distributed(p.train_asr.processes, "train_asr.processes")
     if p.local.asr_pretraining == "fork":
         spec = asr_fork_spec_from_params(p, ROOT, pair, spec_layers)
         try:  # a clear error for a missing fork state or a placeholder, before any work

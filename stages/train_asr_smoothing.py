@@ -30,7 +30,7 @@ def main() -> None:
         spec = smoothing_spec_from_params(p, ROOT, args.system, args.pair)
     except ValueError as e:
         sys.exit(f"error: {e}")
-    init_distributed()
+    init_distributed(p.train_asr.processes, "train_asr.processes")
     metrics = run(spec)
     if metrics:
         print(json.dumps(metrics))

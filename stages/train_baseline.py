@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("seed", type=int)
     args = ap.parse_args()
     p = stage_params(args.pair)
-    init_distributed()
+    init_distributed(p.train_st.processes, "train_st.processes")
     metrics = run(spec_from_params(p, ROOT, "baseline", args.pair, args.seed))
     if metrics:
         print(json.dumps(metrics))

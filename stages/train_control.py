@@ -45,7 +45,7 @@ def main() -> None:
                                              key=f"{args.system} of {args.pair}'s local windows")
     except ValueError as e:
         sys.exit(f"error: {e}")
-    init_distributed()
+    init_distributed(p.train_st.processes, "train_st.processes")
     spec = spec_from_params(p, ROOT, "local", args.pair, args.seed, encoder_attention=spec_layers)
     spec.paths = RunPaths(ROOT, "controls", args.pair, args.seed, variant=args.system)
     spec.init_encoder = control_asr_model(p, ROOT, args.system, args.pair)

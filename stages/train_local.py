@@ -31,7 +31,7 @@ def main() -> None:
         spec_layers = local_encoder_attention(p, ROOT, args.pair)
     except ValueError as e:
         sys.exit(f"error: {e}")
-    init_distributed()
+    init_distributed(p.train_st.processes, "train_st.processes")
     spec = spec_from_params(p, ROOT, "local", args.pair, args.seed, encoder_attention=spec_layers)
     metrics = run(spec)
     if metrics:

@@ -22,7 +22,7 @@ def main() -> None:
     ap.add_argument("seed", type=int)
     args = ap.parse_args()
     p = stage_params()
-    init_distributed()
+    init_distributed(p.train_st.processes, "train_st.processes")
     try:
         metrics = run_multi(p, ROOT, args.system, args.seed)
     except (FileNotFoundError, ValueError) as e:

@@ -41,7 +41,7 @@ def main() -> None:
     baseline = RunPaths(ROOT, "baseline", args.pair, args.seed).model
     if not baseline.is_file():  # checked before training: the comparison needs it
         sys.exit(f"error: {baseline}: missing; it is written by the train_baseline@{args.pair}-{args.seed} stage")
-    init_distributed()
+    init_distributed(p.train_st.processes, "train_st.processes")
     metrics = run(spec)
     if not metrics:  # not rank 0
         return

@@ -129,3 +129,34 @@ def test_each_process_claims_a_gpu_no_other_holds_until_it_exits(tmp_path: Path)
             if proc.poll() is None:
                 proc.stdin.close()
                 proc.wait(timeout=30)
+
+
+def test_auto_jobs_with_several_processes_per_run_fit_the_runs_on_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """train_st.processes GPUs per run: an 8-GPU node runs 8 one-GPU runs, 4 two-GPU runs, 1 eight-GPU run."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert [parallel.resolve_jobs("auto", cuda=True, processes_per_run=n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    assert parallel.resolve_jobs(3, cuda=True, processes_per_run=2) == 3  # a number is taken as given
+
+
+def test_a_multi_gpu_run_claims_free_gpus_and_releases_a_partial_claim(tmp_path: Path) -> None:
+    """claim_gpus: n GPUs no other process holds (the runs side by side), or none at all."""
+    import fcntl
+
+    keys = ["a", "b", "c", "d"]
+    held = open(tmp_path / "gpu-b.lock", "a+")  # another process's claim (another open file: same effect)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    before = len(parallel._claims)
+    try:
+        assert parallel.claim_gpus(keys, tmp_path, 4) is None
+        assert len(parallel._claims) == before  # nothing kept from the partial claim
+        got = parallel.claim_gpus(keys, tmp_path, 2)
+        assert got == [0, 2]
+        assert parallel.claim_gpus(keys, tmp_path, 1) == [3]
+        assert parallel.claim_gpus(keys, tmp_path, 1) is None
+    finally:
+        for f in parallel._claims[before:]:
+            f.close()
+        del parallel._claims[before:]
+        held.close()

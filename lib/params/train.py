@@ -71,6 +71,10 @@ class TrainConfig:
     # pads little; "shuffled": k consecutive batches of the shuffled epoch (fairseq's accumulation).
     # The same with update_freq 1 (lib.train.loop._update_groups).
     update_grouping: str = "length"  # length | shuffled
+    # Processes of one run (one GPU each; gloo on a CPU): > 1 makes the stage start torchrun itself
+    # (lib.train.distributed.init_distributed), so DVC records the run like any other. update_freq stays
+    # the whole update's batches, split among the processes (it must divide by this).
+    processes: int = 1
     # The peak lr of the attention variants' own parameters (head-selection logits, band-prior logits,
     # predicted-gate vector and bias: lib.model.attention.VariantParameter), one optimizer group
     # outside encoder_lr_scale / encoder_layer_lr_decay and weight decay, on this run's lr schedule
@@ -91,13 +95,17 @@ class TrainConfig:
         if self.lr_scheduler not in LR_SCHEDULERS:
             raise ValueError(f"{prefix}.lr_scheduler must be one of {list(LR_SCHEDULERS)}, got {self.lr_scheduler!r}")
         for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",
-                     "warmup_updates", "pad_frames_to", "pad_tokens_to"):
+                     "warmup_updates", "pad_frames_to", "pad_tokens_to", "processes"):
             value = getattr(self, name)
             if name.startswith("pad_") and isinstance(value, str):
                 if value != "auto":
                     raise ValueError(f"{prefix}.{name} must be an integer >= 1 or 'auto', got {value!r}")
             elif value < 1:
                 raise ValueError(f"{prefix}.{name} must be >= 1, got {value}")
+        if self.update_freq % self.processes:
+            raise ValueError(f"{prefix}.update_freq ({self.update_freq}) is the whole update's batches, split among "
+                             f"{prefix}.processes ({self.processes}): it must divide by it (e.g. processes "
+                             f"{', '.join(str(d) for d in range(1, self.update_freq + 1) if self.update_freq % d == 0)})")
         if not 0.0 < self.specaug_time_p <= 1.0:
             raise ValueError(f"{prefix}.specaug_time_p must be in (0, 1], got {self.specaug_time_p}")
         if not 0.0 < self.encoder_lr_scale <= 1.0:

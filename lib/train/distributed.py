@@ -1,7 +1,19 @@
-"""torchrun: the process's rank and world size, and the process group (NCCL on GPU, gloo on CPU)."""
+"""Several processes per training run: the process's rank and world size, the process group (NCCL on
+GPU, gloo on CPU), and the stage starting torchrun itself (``train_asr.processes`` /
+``train_st.processes``).
+
+Why the stage starts torchrun rather than the user: dvc.yaml's command stays ``python stages/…``
+whatever the number of processes, so ``dvc repro`` and ``dvc exp run -S train_st.processes=4`` record
+the run in dvc.lock like any other, and the count is a param the run can be compared on. The parent
+process claims the GPUs its workers get (:func:`lib.parallel.claim_gpus`, the same locks one-process
+runs take), so several multi-GPU runs side by side (``make repro`` with ``parallel.jobs: auto``) never
+share a card."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 
 import torch
 import torch.distributed as dist
@@ -16,9 +28,75 @@ def dist_info() -> tuple[int, int]:
     return 0, 1
 
 
-def init_distributed() -> tuple[int, int, torch.device]:
-    """Initialise torch.distributed when launched by torchrun (NCCL on GPU, gloo on CPU)."""
+def under_torchrun() -> bool:
+    """Whether this process is one of torchrun's workers."""
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def torchrun_command(processes: int, argv: list[str]) -> list[str]:
+    """The command that runs ``argv`` (a script and its arguments) in ``processes`` workers on this node.
+    ``--standalone``: a rendezvous on a free local port, so runs side by side never collide."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", *argv]
+
+
+def visible_devices(indices: list[int], current: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for the workers: the claimed GPUs (indices among the visible ones), named
+    as the current setting names them (``current``: its value, None when unset)."""
+    names = [n.strip() for n in current.split(",")] if current else None
+    return ",".join(names[i] if names else str(i) for i in indices)
+
+
+def launch(processes: int, key: str) -> int:
+    """Run this process's command line in ``processes`` torchrun workers and return torchrun's exit status.
+
+    With CUDA the workers get ``processes`` GPUs that no other run holds (claimed for as long as this
+    process lives); RuntimeError names ``key`` when fewer are free. SIGTERM or Ctrl-C reaches the workers
+    (torchrun forwards it; each saves its training state and stops, lib.train.resume.StopOnSigterm) and
+    this process waits for them before it re-raises."""
+    env = dict(os.environ)
+    if torch.cuda.is_available():
+        from lib.parallel import claim_gpus, gpu_keys
+        from lib.train.precision import cache_dir
+
+        keys = gpu_keys()
+        if len(keys) < processes:
+            raise RuntimeError(f"{key}: {processes} processes need {processes} GPUs, and this machine has "
+                               f"{len(keys)} visible; set {key} to at most {len(keys)}")
+        claimed = claim_gpus(keys, cache_dir() / "gpu-claims", processes)
+        if claimed is None:
+            raise RuntimeError(f"{key}: fewer than {processes} of the {len(keys)} GPUs are free (the others are "
+                               f"held by runs side by side); lower parallel.jobs, or {key}")
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices(claimed, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    cmd = torchrun_command(processes, [sys.argv[0], *sys.argv[1:]])
+    print(f"{key} = {processes}: starting torchrun {' '.join(cmd[3:5])} {' '.join(cmd[5:])}"
+          + (f" on CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env
+             and env.get("CUDA_VISIBLE_DEVICES") != os.environ.get("CUDA_VISIBLE_DEVICES") else ""),
+          file=sys.stderr, flush=True)
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        return proc.wait()
+    except BaseException:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+        raise
+
+
+def init_distributed(processes: int = 1, key: str = "processes") -> tuple[int, int, torch.device]:
+    """Initialise torch.distributed when launched by torchrun (NCCL on GPU, gloo on CPU).
+
+    ``processes`` (the run's ``train_*.processes``, named by ``key`` in errors) > 1 outside torchrun: start
+    torchrun with that many workers running this same command (:func:`launch`) and exit with its status
+    (SystemExit): the workers train, this process only waits. Under torchrun the worker count must be
+    ``processes``, or 1 for a run started by hand with ``torchrun`` outside DVC."""
+    if processes < 1:
+        raise ValueError(f"{key}: expected an integer >= 1, got {processes}")
+    if processes > 1 and not under_torchrun():
+        raise SystemExit(launch(processes, key))
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if processes > 1 and world != processes:
+        raise SystemExit(f"error: {key} is {processes} but torchrun started {world} processes; let the stage "
+                         f"start torchrun itself (plain `python stages/...`, as dvc.yaml does)")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
         if local_rank >= torch.cuda.device_count():
@@ -26,7 +104,7 @@ def init_distributed() -> tuple[int, int, torch.device]:
             raise RuntimeError(
                 f"process with LOCAL_RANK={local_rank} has no CUDA device: this machine has "
                 f"{torch.cuda.device_count()} visible; start at most that many processes per node "
-                "(torchrun --nproc_per_node), or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on CPU with gloo")
+                f"({key}), or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on CPU with gloo")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         configure_cuda()

@@ -209,6 +209,7 @@ def _update_gradients(net: nn.Module, batches: list[Batch], tokens: torch.Tensor
     fold = folding.decide(batches)
     if not fold:
         return _forward_backward(net, batches, tokens, world, device, amp, scaler, folding)
+    rng = _rng_state(device)  # what the failed attempt draws (dropout) must not shift the retry's draws
     try:
         return _forward_backward(net, [merge_batches(batches, device)], tokens, world, device, amp, scaler, folding)
     except torch.cuda.OutOfMemoryError:
@@ -216,8 +217,21 @@ def _update_gradients(net: nn.Module, batches: list[Batch], tokens: torch.Tensor
             raise
     # the handler has ended: the traceback, the failed graph and the merged batch are garbage now
     optimizer.zero_grad(set_to_none=True)
+    _set_rng_state(device, rng)  # the retry is the update an accumulating run makes, bit for bit
     folding.out_of_memory(say)  # auto: accumulate this update and the rest of the run
     return _forward_backward(net, batches, tokens, world, device, amp, scaler, folding)
+
+
+def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The global generators a forward draws from: the CPU one (lib/model/dropout.py's seeds, SpecAugment
+    aside: it has its own) and the device's (CUDA dropout). Host copies of their states: no device sync."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def _set_rng_state(device: torch.device, state: tuple[torch.Tensor, torch.Tensor | None]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
 
 
 class _nullcontext:

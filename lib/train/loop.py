@@ -85,7 +85,7 @@ def batches_per_process(update_freq: int, world: int) -> int:
     they do not split evenly (the update would not be the configured one)."""
     if update_freq % world:
         raise ValueError(f"update_freq: {update_freq} batches per update do not split evenly over {world} "
-                         f"processes; start a number of processes that divides it (torchrun --nproc_per_node), "
+                         f"processes; set a number of processes that divides it (train_*.processes), "
                          f"e.g. {', '.join(str(d) for d in range(1, update_freq + 1) if update_freq % d == 0)}")
     return update_freq // world
 

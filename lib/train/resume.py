@@ -37,11 +37,16 @@ class Resume:
 #: the fingerprint at that value, so checkpoints (and fork states) of earlier runs keep matching.
 _NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0, "ctc_decay_from": 0, "encoder_layer_lr_decay": 1.0,
                        "fold_update": "auto", "variant_lr": None, "update_grouping": "length"}
+#: Training keys never fingerprinted: ``processes`` is the run config's ``world_size`` (a resume with
+#: another count stops with :class:`ProcessCountChanged` instead of moving ``last.pt`` aside).
+_UNFINGERPRINTED_TRAIN_KEYS = ("processes",)
 
 
 def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
     """``cfg`` as the dict a run's fingerprint hashes (``asdict`` minus keys at their neutral value)."""
     d = asdict(cfg)
+    for key in _UNFINGERPRINTED_TRAIN_KEYS:
+        d.pop(key, None)
     for key, neutral in _NEUTRAL_TRAIN_KEYS.items():
         if d.get(key) == neutral:
             del d[key]
@@ -107,8 +112,7 @@ def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable
         raise ProcessCountChanged(
             f"error: {path} was made by {n} process{'es' * (n != 1)} and this run has {m}: the same update, but "
             f"not the same dropout streams, so it would not continue exactly. Resume it with {n} "
-            f"(torchrun --nproc_per_node={n}{', or plain python' if n == 1 else ''}), or delete {path.parent} "
-            f"to train this run afresh with {m}")
+            f"(the stage's train_*.processes: {n}), or delete {path.parent} to train this run afresh with {m}")
     diff = ckpt.config_diff(state.get("config", {}), config)
     stale = path.with_name(f"last.stale-{state.get('fingerprint', 'unknown')}.pt")
     removed = sorted(old.name for old in path.parent.glob("last.stale-*.pt") if old != stale)

@@ -43,7 +43,7 @@ from lib.model import checkpoint as model_file
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import TrainConfig
 from lib.precision import configure_cuda, resolve_amp, resolve_padding
-from lib.parallel import claim_gpu
+from lib.parallel import claim_gpu, gpu_keys
 from lib.train.precision import PROBE_BATCHES, cache_dir, resolve_train_precision
 from lib.train import checkpoint as ckpt
 from lib.train.distributed import dist_info
@@ -93,8 +93,7 @@ def auto_device() -> torch.device:
         return torch.device("cuda")
     if _claimed_gpu:
         return _claimed_gpu[0]
-    keys = [str(getattr(torch.cuda.get_device_properties(i), "uuid", i)) for i in range(n)]
-    i = claim_gpu(keys, cache_dir() / "gpu-claims")
+    i = claim_gpu(gpu_keys(), cache_dir() / "gpu-claims")
     if i is None:
         i = os.getpid() % n
         print(f"all {n} GPUs are held by other runs; sharing cuda:{i}", file=sys.stderr)

@@ -89,7 +89,7 @@ def test_more_ranks_than_gpus_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: pytest.fail("set_device reached"))
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    with pytest.raises(RuntimeError, match=r"LOCAL_RANK=1 .* 1 visible.*nproc_per_node.*CUDA_VISIBLE_DEVICES"):
+    with pytest.raises(RuntimeError, match=r"LOCAL_RANK=1 .* 1 visible.*\(processes\).*CUDA_VISIBLE_DEVICES"):
         init_distributed()
 
 

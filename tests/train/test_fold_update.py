@@ -382,3 +382,40 @@ def test_update_grouping_by_length_pads_folds_less_and_changes_nothing_with_upda
     with pytest.raises(ValueError, match="train.update_grouping"):
         TrainConfig(update_grouping="random").validate()
     assert "update_grouping" not in train_config_dict(TrainConfig())  # length: earlier fingerprints kept
+
+
+def test_a_run_out_of_memory_in_a_folded_update_goes_on_with_an_accumulating_runs_weights(prepared, tmp_path,
+                                                                                           monkeypatch, capsys):
+    """The whole run: fold_update auto is made to fold on this CPU, and its first folded update runs out
+    of memory after its forward and backward (dropout drawn, gradients written). The run goes on,
+    accumulating, says so once, and ends with the weights of a run that accumulated from the start, bit
+    for bit (dropout on: the failed attempt's draws are given back)."""
+    import _driver
+    from lib.train import fold as fold_module
+
+    train = {"update_freq": 2, "max_updates": 6, "eval_every": 3, "save_every": 3}
+    ref, ref_summary = _driver.run_training(prepared, tmp_path / "accumulated", train_overrides={**train, "fold_update": "off"})
+
+    calls = {"folded": 0, "accumulated": 0}
+    real = fold_module._forward_backward
+
+    def forward_backward(net, steps, *args):
+        if len(steps) == 1:  # the merged batch
+            calls["folded"] += 1
+            real(net, steps, *args)  # draws dropout and writes gradients, as a forward that fails late would
+            raise torch.cuda.OutOfMemoryError("simulated")
+        calls["accumulated"] += 1
+        return real(net, steps, *args)
+
+    monkeypatch.setattr(fold_module.FoldPolicy, "decide", lambda self, batches: not self.gave_up)
+    monkeypatch.setattr(fold_module, "_forward_backward", forward_backward)
+    capsys.readouterr()
+    net, summary = _driver.run_training(prepared, tmp_path / "folded", train_overrides={**train, "fold_update": "auto"})
+    assert calls == {"folded": 1, "accumulated": 6}  # one failed fold, then every update accumulated
+    assert capsys.readouterr().out.count("ran out of GPU memory; accumulating from now on") == 1
+    assert summary["updates"] == 6
+    for name, value in ref.state_dict().items():
+        assert torch.equal(value, net.state_dict()[name]), name
+    assert [r["dev/loss"] for r in summary["history"]] == [r["dev/loss"] for r in ref_summary["history"]]
+    state = torch.load(tmp_path / "folded/checkpoints/last.pt", weights_only=True)
+    assert state["fold"]["gave_up"] is True  # a resumed run keeps accumulating

@@ -273,7 +273,7 @@ def test_a_run_resumed_with_another_process_count_stops_and_says_how(tmp_path: P
     ckpt.save(ckpt_dir / "last.pt", {"fingerprint": ckpt.fingerprint(config), "config": config,
                                      "run_state": {"update": 6}})
     with pytest.raises(SystemExit, match=r"last.pt was made by 1 process and this run has 2: .* Resume it with 1 "
-                                         r"\(torchrun --nproc_per_node=1, or plain python\), or delete .*checkpoints"):
+                                         r"\(the stage.s train_\*\.processes: 1\), or delete .*checkpoints"):
         decide_resume(ckpt_dir, cfg, {**made, "world_size": 2})
     assert (ckpt_dir / "last.pt").is_file()  # kept
     logged = []
