@@ -19,6 +19,10 @@ One run, side by side, one JSON line per figure on stdout (docs/gpu.md, "Measure
    loop before this change), ``accumulated`` (8 batches, read once per update) and ``folded`` (one batch
    of the 480 utterances sorted by length), bf16 and fp32, with the peak GPU memory of the update;
    ``ratio`` = time / accumulated_synced's.
+   ``update_mix``: the same update on a MuST-C-like length mix (log-normal utterance lengths, 50-3000
+   frames, 40k-frame batches as the loop builds them), its 8 batches grouped as the loop groups them
+   (``update_grouping`` length, the default, or shuffled), bf16: accumulated and folded, with the
+   folded batch's padding (slots per valid frame).
 4. ``training``: a short run of the paper-size local model on the folded path (bf16, two fixed update
    groups of synthetic utterances and targets, seen in turn): the loss of every update, first to last.
 
@@ -278,6 +282,94 @@ def update_figures(args, device: torch.device, size: str, k: int, b: int, frames
                  peak_gib=None if peak is None else round(peak, 2))
 
 
+def batches_of(lengths: list[list[int]], vocab: int, seed: int, frames_per_token: int = 20) -> list[Batch]:
+    """Host batches of utterances of these frame lengths (one list per batch), random features, and
+    about one random target token per ``frames_per_token`` frames (3-200 tokens; ids 4..vocab-1, eos 2)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i, lens in enumerate(lengths):
+        frames, b = max(lens), len(lens)
+        tl = [min(200, max(3, n // frames_per_token)) for n in lens]
+        feats = torch.randn(b, frames, 80, generator=g)
+        feats = feats.masked_fill((torch.arange(frames)[None, :] >= torch.tensor(lens)[:, None])[..., None], 0.0)
+        target = torch.full((b, max(tl)), PAD_ID, dtype=torch.long)
+        prev = torch.full_like(target, PAD_ID)
+        for j, n in enumerate(tl):
+            tok = torch.randint(4, vocab, (n,), generator=g)
+            tok[-1] = 2
+            target[j, :n], prev[j, 0], prev[j, 1:n] = tok, 2, tok[:-1]
+        ids = [f"m{seed}_{i}_{j}" for j in range(b)]
+        out.append(Batch(ids, feats, torch.tensor(lens), prev, target, torch.tensor(tl), ids, ids))
+    return out
+
+
+def mustc_like_lengths(n: int, seed: int, median: float = 550.0, sigma: float = 0.6,
+                       lo: int = 50, hi: int = 3000) -> list[int]:
+    """Utterance lengths in frames with MuST-C's shape: log-normal around a 5.5 s median, from 0.5 s to
+    the recipe's 3000-frame cap (MuST-C En-De train: median about 5 s, a long tail to 30 s)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.exp(torch.randn(n, generator=g, dtype=torch.float64) * sigma) * median
+    return x.round().clamp(lo, hi).long().tolist()
+
+
+def mustc_like_updates(k: int, max_frames: int, vocab: int, grouping: str, n_utts: int, updates: int = 2,
+                       seed: int = 3) -> tuple[list[list[Batch]], float]:
+    """``updates`` updates of ``k`` batches as the training loop groups them (``update_grouping``,
+    lib.train.loop._update_groups) from an epoch of :func:`mustc_like_lengths`; and the folded padding of
+    those updates: padded frame slots of each update's merged batch / its valid frames."""
+    from types import SimpleNamespace
+
+    from lib.train.loop import _update_groups
+
+    n_frames = mustc_like_lengths(n_utts, seed)
+    cfg = TrainConfig(max_frames=max_frames, update_freq=k, update_grouping=grouping, seed=seed)
+    groups = _update_groups(SimpleNamespace(n_frames=n_frames), cfg, epoch=1)[:updates]
+    out, slots, valid = [], 0, 0
+    for u, group in enumerate(groups):
+        lengths = [[n_frames[i] for i in batch] for batch in group]
+        out.append(batches_of(lengths, vocab, seed=100 + u))
+        flat = [x for lens in lengths for x in lens]
+        slots, valid = slots + len(flat) * max(flat), valid + sum(flat)
+    return out, slots / valid
+
+
+def mix_figures(args, device: torch.device, size: str, k: int, max_frames: int, vocab: int, n_utts: int,
+                dtypes) -> None:
+    """The update on a MuST-C-like length mix: each update's k batches as the loop groups them, by length
+    (the default) or shuffled (fairseq's), accumulated and folded; ``ratio`` = time / accumulated_synced's
+    on the same grouping, ``fold_padding`` = slots of the folded batch per valid frame."""
+    torch.manual_seed(0)
+    model = S2TTransformer(model_config(size, vocab_size=vocab)).to(device).train()
+    crit = Criterion(model, 0.1, 0.0)
+    crit.host_parts = False
+    opt = make_optimizer(model, TrainConfig())
+    for grouping in ("length", "shuffled"):
+        updates, padding = mustc_like_updates(k, max_frames, vocab, grouping, n_utts)
+        for name in dtypes:
+            amp = "bf16" if name == "bf16" else "none"
+            base_ms = None
+            for mode in ("accumulated_synced", "accumulated", "folded"):
+                if over_budget(args, "update_mix"):
+                    return
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats(device)
+                turn = iter(range(10**9))
+                try:
+                    ms = timed(lambda: run_update(crit, opt, model, updates[next(turn) % len(updates)], device, amp,
+                                                  mode), device, max(4, args.reps // 2), warmup=2)
+                except torch.cuda.OutOfMemoryError as e:
+                    opt.zero_grad(set_to_none=True)
+                    emit(figure="update_mix", grouping=grouping, dtype=name, mode=mode,
+                         skipped=f"out of memory: {str(e).splitlines()[0]}")
+                    continue
+                peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+                base_ms = ms if mode == "accumulated_synced" else base_ms
+                emit(figure="update_mix", size=size, update_freq=k, max_frames=max_frames, grouping=grouping,
+                     fold_padding=round(padding, 3), dtype=name, mode=mode, ms=round(ms, 2),
+                     ratio=round(ms / base_ms, 3), peak_gib=None if peak is None else round(peak, 2))
+
+
 # ----------------------------------------------------------------------------- 4. a short run
 
 
@@ -319,6 +411,7 @@ def main() -> int:
         op_figures(args, device, [(3, 20), (2, 37)], ("bf16", "fp32"), h=2, dh=8, w=5)
         encoder_figures(args, device, "tiny", [(3, 20)], ("fp32",), vocab=50)
         update_figures(args, device, "tiny", k=2, b=3, frames=80, vocab=50, dtypes=("fp32",))
+        mix_figures(args, device, "tiny", k=2, max_frames=600, vocab=50, n_utts=40, dtypes=("fp32",))
         training_figure(args, device, "tiny", k=2, b=3, frames=80, vocab=50, updates=6)
         return 0
     if not torch.cuda.is_available():
@@ -333,6 +426,7 @@ def main() -> int:
     op_figures(args, device, [(60, 166), (9, 1052), (8, 1052)], ("bf16", "fp32"), h=4, dh=64, w=13)
     encoder_figures(args, device, "s", [(60, 166), (9, 1052)], ("bf16", "fp32"), vocab=8000)
     update_figures(args, device, "s", k=8, b=60, frames=650, vocab=8000, dtypes=("bf16", "fp32"))
+    mix_figures(args, device, "s", k=8, max_frames=40000, vocab=8000, n_utts=6000, dtypes=("bf16",))
     training_figure(args, device, "s", k=8, b=60, frames=650, vocab=8000, updates=30)
     emit(figure="done", seconds=round(time.perf_counter() - START, 1))
     return 0
