@@ -311,6 +311,18 @@ def replay(p: Plan, timing: Path, jobs: int, say: Callable[[str], None] = print)
     return 0
 
 
+def st_processes(root: Path) -> int:
+    """``train_st.processes`` of ``root``'s params.yaml (1 where it has none: a pipeline without it)."""
+    import yaml
+
+    try:
+        section = (yaml.safe_load((root / "params.yaml").read_text()) or {}).get("train_st") or {}
+    except (OSError, yaml.YAMLError):
+        return 1
+    value = section.get("processes", 1) if isinstance(section, dict) else 1
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
 def main() -> None:
     from _venv import ensure_project_venv
 
@@ -335,14 +347,13 @@ def main() -> None:
     from lib.parallel import resolve_jobs
 
     try:
-        params = load_params(root / "params.yaml")
+        value = args.jobs if args.jobs is not None else load_params(root / "params.yaml").parallel.jobs
     except ParamError as e:
         raise SystemExit(f"error: {e}") from None
-    value = args.jobs if args.jobs is not None else params.parallel.jobs
     if value != "auto" and not (str(value).isdigit() and int(value) >= 1):
         raise SystemExit(f"error: -j/--jobs: expected an integer >= 1 or 'auto', got {value!r}")
     # with CUDA, auto: as many ST runs side by side as their processes (one GPU each) fit on the node
-    jobs = resolve_jobs(value if value == "auto" else int(value), processes_per_run=params.train_st.processes)
+    jobs = resolve_jobs(value if value == "auto" else int(value), processes_per_run=st_processes(root))
     if args.status_every is not None and not args.status_every > 0:
         raise SystemExit(f"error: --status-every: expected a number of seconds > 0, got {args.status_every}")
     if args.replay is not None:
