@@ -216,17 +216,24 @@ def synthetic_batches(k: int, b: int, frames: int, vocab: int, seed: int, max_to
     for i in range(k):
         lens = [frames] + (frames - torch.randint(0, max(1, frames // 5), (b - 1,), generator=g)).tolist()
         tl = torch.randint(min(15, max_tokens), max_tokens + 1, (b,), generator=g).tolist()
-        feats = torch.randn(b, frames, 80, generator=g)
-        feats = feats.masked_fill((torch.arange(frames)[None, :] >= torch.tensor(lens)[:, None])[..., None], 0.0)
-        target = torch.full((b, max(tl)), PAD_ID, dtype=torch.long)
-        prev = torch.full_like(target, PAD_ID)
-        for j, n in enumerate(tl):
-            tok = torch.randint(4, vocab, (n,), generator=g)
-            tok[-1] = 2
-            target[j, :n], prev[j, 0], prev[j, 1:n] = tok, 2, tok[:-1]
-        ids = [f"b{seed}_{i}_{j}" for j in range(b)]
-        out.append(Batch(ids, feats, torch.tensor(lens), prev, target, torch.tensor(tl), ids, ids))
+        out.append(random_batch(lens, tl, vocab, g, f"b{seed}_{i}"))
     return out
+
+
+def random_batch(lens: list[int], tl: list[int], vocab: int, g: torch.Generator, name: str) -> Batch:
+    """A host batch of utterances of ``lens`` frames (random features, zero past each length) with random
+    targets of ``tl`` tokens (ids 4..vocab-1, eos 2), drawn from ``g``."""
+    b, frames = len(lens), max(lens)
+    feats = torch.randn(b, frames, 80, generator=g)
+    feats = feats.masked_fill((torch.arange(frames)[None, :] >= torch.tensor(lens)[:, None])[..., None], 0.0)
+    target = torch.full((b, max(tl)), PAD_ID, dtype=torch.long)
+    prev = torch.full_like(target, PAD_ID)
+    for j, n in enumerate(tl):
+        tok = torch.randint(4, vocab, (n,), generator=g)
+        tok[-1] = 2
+        target[j, :n], prev[j, 0], prev[j, 1:n] = tok, 2, tok[:-1]
+    ids = [f"{name}_{j}" for j in range(b)]
+    return Batch(ids, feats, torch.tensor(lens), prev, target, torch.tensor(tl), ids, ids)
 
 
 def run_update(crit: Criterion, opt, model, batches: list[Batch], device: torch.device, amp: str, mode: str,
@@ -286,21 +293,8 @@ def batches_of(lengths: list[list[int]], vocab: int, seed: int, frames_per_token
     """Host batches of utterances of these frame lengths (one list per batch), random features, and
     about one random target token per ``frames_per_token`` frames (3-200 tokens; ids 4..vocab-1, eos 2)."""
     g = torch.Generator().manual_seed(seed)
-    out = []
-    for i, lens in enumerate(lengths):
-        frames, b = max(lens), len(lens)
-        tl = [min(200, max(3, n // frames_per_token)) for n in lens]
-        feats = torch.randn(b, frames, 80, generator=g)
-        feats = feats.masked_fill((torch.arange(frames)[None, :] >= torch.tensor(lens)[:, None])[..., None], 0.0)
-        target = torch.full((b, max(tl)), PAD_ID, dtype=torch.long)
-        prev = torch.full_like(target, PAD_ID)
-        for j, n in enumerate(tl):
-            tok = torch.randint(4, vocab, (n,), generator=g)
-            tok[-1] = 2
-            target[j, :n], prev[j, 0], prev[j, 1:n] = tok, 2, tok[:-1]
-        ids = [f"m{seed}_{i}_{j}" for j in range(b)]
-        out.append(Batch(ids, feats, torch.tensor(lens), prev, target, torch.tensor(tl), ids, ids))
-    return out
+    return [random_batch(lens, [min(200, max(3, n // frames_per_token)) for n in lens], vocab, g, f"m{seed}_{i}")
+            for i, lens in enumerate(lengths)]
 
 
 def mustc_like_lengths(n: int, seed: int, median: float = 550.0, sigma: float = 0.6,
