@@ -259,34 +259,51 @@ def run_update(crit: Criterion, opt, model, batches: list[Batch], device: torch.
     return logged / max(1, sum(x.n_target_tokens for x in batches))
 
 
-def update_figures(args, device: torch.device, size: str, k: int, b: int, frames: int, vocab: int, dtypes) -> None:
+def update_model(size: str, vocab: int, device: torch.device):
+    """(model, criterion, optimizer) of the update figures: the ``size`` model from seed 0, fused Adam."""
     torch.manual_seed(0)
     model = S2TTransformer(model_config(size, vocab_size=vocab)).to(device).train()
     crit = Criterion(model, 0.1, 0.0)
     crit.host_parts = False
-    opt = make_optimizer(model, TrainConfig())
+    return model, crit, make_optimizer(model, TrainConfig())
+
+
+def time_update_modes(args, device: torch.device, model, crit, opt, updates: list[list[Batch]], name: str,
+                      figure: str, reps: int, warmup: int, fields: dict, skip_fields: dict) -> bool:
+    """One ``figure`` line per mode (accumulated_synced, accumulated, folded) in precision ``name``, each
+    timing ``updates`` in turn from the first; ``ratio`` = time / accumulated_synced's. False when the
+    time budget ran out (the caller stops)."""
+    amp = "bf16" if name == "bf16" else "none"
+    base_ms = None
+    for mode in ("accumulated_synced", "accumulated", "folded"):
+        if over_budget(args, figure):
+            return False
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        turn = iter(range(10**9))
+        try:
+            ms = timed(lambda: run_update(crit, opt, model, updates[next(turn) % len(updates)], device, amp, mode),
+                       device, reps, warmup=warmup)
+        except torch.cuda.OutOfMemoryError as e:
+            opt.zero_grad(set_to_none=True)
+            emit(figure=figure, **skip_fields, dtype=name, mode=mode, skipped=f"out of memory: {str(e).splitlines()[0]}")
+            continue
+        peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+        base_ms = ms if mode == "accumulated_synced" else base_ms
+        emit(figure=figure, **fields, dtype=name, mode=mode, ms=round(ms, 2), ratio=round(ms / base_ms, 3),
+             peak_gib=None if peak is None else round(peak, 2))
+    return True
+
+
+def update_figures(args, device: torch.device, size: str, k: int, b: int, frames: int, vocab: int, dtypes) -> None:
+    model, crit, opt = update_model(size, vocab, device)
     batches = synthetic_batches(k, b, frames, vocab, seed=1)
+    fields = dict(size=size, params=sum(p.numel() for p in model.parameters()), update_freq=k, B=b, frames=frames)
     for name in dtypes:
-        amp = "bf16" if name == "bf16" else "none"
-        base_ms = None
-        for mode in ("accumulated_synced", "accumulated", "folded"):
-            if over_budget(args, "update"):
-                return
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats(device)
-            try:
-                ms = timed(lambda: run_update(crit, opt, model, batches, device, amp, mode), device,
-                           max(3, args.reps // 2), warmup=1)
-            except torch.cuda.OutOfMemoryError as e:
-                opt.zero_grad(set_to_none=True)
-                emit(figure="update", dtype=name, mode=mode, skipped=f"out of memory: {str(e).splitlines()[0]}")
-                continue
-            peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-            base_ms = ms if mode == "accumulated_synced" else base_ms
-            emit(figure="update", size=size, params=sum(p.numel() for p in model.parameters()), update_freq=k, B=b,
-                 frames=frames, dtype=name, mode=mode, ms=round(ms, 2), ratio=round(ms / base_ms, 3),
-                 peak_gib=None if peak is None else round(peak, 2))
+        if not time_update_modes(args, device, model, crit, opt, [batches], name, "update",
+                                 max(3, args.reps // 2), 1, fields, {}):
+            return
 
 
 def batches_of(lengths: list[list[int]], vocab: int, seed: int, frames_per_token: int = 20) -> list[Batch]:
@@ -332,36 +349,14 @@ def mix_figures(args, device: torch.device, size: str, k: int, max_frames: int, 
     """The update on a MuST-C-like length mix: each update's k batches as the loop groups them, by length
     (the default) or shuffled (fairseq's), accumulated and folded; ``ratio`` = time / accumulated_synced's
     on the same grouping, ``fold_padding`` = slots of the folded batch per valid frame."""
-    torch.manual_seed(0)
-    model = S2TTransformer(model_config(size, vocab_size=vocab)).to(device).train()
-    crit = Criterion(model, 0.1, 0.0)
-    crit.host_parts = False
-    opt = make_optimizer(model, TrainConfig())
+    model, crit, opt = update_model(size, vocab, device)
     for grouping in ("length", "shuffled"):
         updates, padding = mustc_like_updates(k, max_frames, vocab, grouping, n_utts)
+        fields = dict(size=size, update_freq=k, max_frames=max_frames, grouping=grouping,
+                      fold_padding=round(padding, 3))
         for name in dtypes:
-            amp = "bf16" if name == "bf16" else "none"
-            base_ms = None
-            for mode in ("accumulated_synced", "accumulated", "folded"):
-                if over_budget(args, "update_mix"):
-                    return
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats(device)
-                turn = iter(range(10**9))
-                try:
-                    ms = timed(lambda: run_update(crit, opt, model, updates[next(turn) % len(updates)], device, amp,
-                                                  mode), device, max(4, args.reps // 2), warmup=2)
-                except torch.cuda.OutOfMemoryError as e:
-                    opt.zero_grad(set_to_none=True)
-                    emit(figure="update_mix", grouping=grouping, dtype=name, mode=mode,
-                         skipped=f"out of memory: {str(e).splitlines()[0]}")
-                    continue
-                peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-                base_ms = ms if mode == "accumulated_synced" else base_ms
-                emit(figure="update_mix", size=size, update_freq=k, max_frames=max_frames, grouping=grouping,
-                     fold_padding=round(padding, 3), dtype=name, mode=mode, ms=round(ms, 2),
-                     ratio=round(ms / base_ms, 3), peak_gib=None if peak is None else round(peak, 2))
+            if not time_update_modes(args, device, model, crit, opt, updates, name, "update_mix", max(4, args.reps // 2), 2, fields, {"grouping": grouping}):
+                return
 
 
 # ----------------------------------------------------------------------------- 4. a short run
