@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from lib.data.dataset import BOS_ID, PAD_ID, Batch
-from lib.train.objectives import ctc_loss, label_smoothed_nll_loss
+from lib.train.objectives import ctc_loss, token_loss
 
 __all__ = ["Criterion", "HostCounts"]
 
@@ -78,6 +78,9 @@ class Criterion(nn.Module):
         self.model, self.label_smoothing, self.ctc_weight = model, label_smoothing, ctc_weight
         self.kl_weight = kl_weight
         self.host_parts = True
+        # the CE's path (lib.train.objectives.token_loss): None = over the real tokens in fp32 chunks on
+        # CUDA, the whole-logits reference elsewhere; True / False force one (the tests compare them)
+        self.nonpad_loss: bool | None = None
         layers = getattr(model, "head_selection_layers", None)
         self.head_selection = bool(layers()) if callable(layers) else False
 
@@ -87,7 +90,8 @@ class Criterion(nn.Module):
         enc = self.model.encode(batch.feats, batch.feat_lengths, task=batch.task,
                                 **({"feat_lengths_host": host.feat_lengths} if host is not None else {}))
         logits = self.model.decode(batch.prev_tokens, enc)
-        loss, nll = label_smoothed_nll_loss(logits, batch.target, self.label_smoothing, PAD_ID)
+        n_tokens = host.n_target_tokens if host is not None else batch.n_target_tokens
+        loss, nll = token_loss(logits, batch.target, self.label_smoothing, PAD_ID, n_tokens, self.nonpad_loss)
         parts = {"nll": nll.detach(), "ce": loss.detach()}
         if self.ctc_weight > 0:
             if enc.ctc_logits is None:
@@ -97,7 +101,6 @@ class Criterion(nn.Module):
             # came from, as accumulating those batches would (lib.train.loop.merge_batches).
             if batch.ctc_scale is None:
                 c = ctc_loss(enc.ctc_logits, enc.lengths, batch.target, batch.target_lengths, blank=BOS_ID)
-                n_tokens = host.n_target_tokens if host is not None else batch.n_target_tokens
                 labels = n_tokens - len(batch.ids)
                 loss = loss + self.ctc_weight * c * n_tokens / max(1, labels)
             else:

@@ -47,7 +47,7 @@ from lib.model.attention import variant_parameters
 from lib.train.criterion import Criterion, HostCounts  # noqa: F401 (Criterion, HostCounts re-exported)
 from lib.train.fold import (  # noqa: F401 (the fold's names re-exported)
     FOLD_MARGIN, FOLD_MEMORY_SHARE, FoldPolicy, _forward_backward, _update_gradients, merge_batches)
-from lib.train.objectives import ctc_weight_at, label_smoothed_nll_loss, learning_rate
+from lib.train.objectives import ctc_weight_at, learning_rate, token_loss
 
 
 
@@ -71,11 +71,13 @@ def dev_loss(model: nn.Module, dataset: SpeechDataset, max_frames: int, device: 
     core.eval()
     total = nll_total = tokens = 0.0
     for idx in batch_by_frames(dataset.n_frames, max_frames, shuffle=False):
-        batch = collate(dataset, idx).to(device)
+        host = collate(dataset, idx)
+        n_tokens = host.n_target_tokens
+        batch = host.to(device)
         with autocast(device, amp):
             logits = core.decode(batch.prev_tokens, core.encode(batch.feats, batch.feat_lengths, task=batch.task))
-        loss, nll = label_smoothed_nll_loss(logits, batch.target, label_smoothing, PAD_ID)
-        total, nll_total, tokens = total + float(loss), nll_total + float(nll), tokens + batch.n_target_tokens
+        loss, nll = token_loss(logits, batch.target, label_smoothing, PAD_ID, n_tokens)
+        total, nll_total, tokens = total + float(loss), nll_total + float(nll), tokens + n_tokens
     core.train(was_training)
     return {"loss": total / tokens, "nll": nll_total / tokens}
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -23,6 +24,79 @@ def label_smoothed_nll_loss(logits: Tensor, target: Tensor, epsilon: float, igno
     eps_i = epsilon / (lprobs.size(-1) - 1)
     loss = (1.0 - epsilon - eps_i) * nll + eps_i * smooth
     return loss, nll
+
+
+class _NonPadLabelSmoothedCE(torch.autograd.Function):
+    """The label-smoothed CE of (N, V) logits rows, all of them real tokens, in fp32 row chunks: the forward
+    keeps the logits (in their own dtype) and one fp32 log-normaliser per row, the backward rebuilds the
+    softmax chunk by chunk. So no fp32 (N, V) tensor exists at any time, only one chunk's. (fp64 logits
+    are summed in fp64, where the reference rounds them to fp32.)
+
+    Gradient: with p = softmax(x), d loss / d x_v = (1 − ε − ε_i)(p_v − [v = t]) + ε_i (V p_v − 1)
+    = p_v − (1 − ε − ε_i)[v = t] − ε_i, since (1 − ε − ε_i) + ε_i V = 1 for ε_i = ε / (V − 1)."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float, chunk_rows: int):  # type: ignore[override]
+        n, v = logits.shape
+        eps_i = epsilon / (v - 1)
+        wide = torch.promote_types(logits.dtype, torch.float32)  # fp32, or fp64 for fp64 logits
+        lse = torch.empty(n, dtype=wide, device=logits.device)
+        nll = torch.zeros((), dtype=wide, device=logits.device)
+        smooth = torch.zeros((), dtype=wide, device=logits.device)
+        with torch.autocast(logits.device.type, enabled=False):
+            for lo in range(0, n, chunk_rows):
+                x = logits[lo:lo + chunk_rows].to(wide)
+                norm = torch.logsumexp(x, dim=-1)
+                lse[lo:lo + chunk_rows] = norm
+                nll = nll + (norm - x.gather(-1, target[lo:lo + chunk_rows, None]).squeeze(-1)).sum()
+                smooth = smooth + (norm[:, None] - x).sum()  # Σ_v −log p_v, as fairseq sums the log-probs
+        ctx.save_for_backward(logits, target, lse)
+        ctx.coefficients = (1.0 - epsilon - eps_i, eps_i)
+        ctx.chunk_rows = chunk_rows
+        ctx.mark_non_differentiable(nll)
+        return (1.0 - epsilon - eps_i) * nll + eps_i * smooth, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):  # type: ignore[override]
+        logits, target, lse = ctx.saved_tensors
+        on_target, eps_i = ctx.coefficients
+        grad = torch.empty_like(logits)
+        rows = ctx.chunk_rows
+        with torch.autocast(logits.device.type, enabled=False):
+            for lo in range(0, logits.shape[0], rows):
+                g = torch.exp(logits[lo:lo + rows].to(lse.dtype) - lse[lo:lo + rows, None]).sub_(eps_i)
+                t = target[lo:lo + rows, None]
+                g.scatter_add_(-1, t, torch.full(t.shape, -on_target, dtype=g.dtype, device=g.device))
+                grad[lo:lo + rows] = g.mul_(grad_loss)
+        return grad, None, None, None
+
+
+def nonpad_label_smoothed_nll_loss(logits: Tensor, target: Tensor, epsilon: float, ignore_index: int,
+                                   n_tokens: int, chunk_bytes: int = 1 << 25) -> tuple[Tensor, Tensor]:
+    """:func:`label_smoothed_nll_loss` over the real tokens only, without an fp32 copy of the logits:
+    the same ``(loss_sum, nll_sum)`` to fp32 rounding (the sums run in another order), the same gradient.
+
+    ``n_tokens``: the batch's non-pad target tokens, a host number (the loop reads it before the batch
+    moves to the GPU). The real positions are picked by a stable sort of the pad mask cut at ``n_tokens``
+    rather than ``nonzero`` (whose size the host would have to wait for), then the loss runs over those
+    (n_tokens, V) rows in fp32 chunks of at most ``chunk_bytes`` (:class:`_NonPadLabelSmoothedCE`).
+    Pad positions get a zero gradient, as in the reference."""
+    v = logits.size(-1)
+    flat_target = target.reshape(-1)
+    keep = torch.argsort(flat_target.eq(ignore_index).to(torch.uint8), stable=True)[:n_tokens]
+    rows = logits.reshape(-1, v).index_select(0, keep)
+    return _NonPadLabelSmoothedCE.apply(rows, flat_target.index_select(0, keep), float(epsilon),
+                                        max(1, chunk_bytes // (4 * v)))
+
+
+def token_loss(logits: Tensor, target: Tensor, epsilon: float, ignore_index: int, n_tokens: int,
+               nonpad: bool | None = None) -> tuple[Tensor, Tensor]:
+    """The decoder's label-smoothed CE, by the path that suits the device: ``nonpad`` None picks
+    :func:`nonpad_label_smoothed_nll_loss` for CUDA logits (less memory: no fp32 copy of B × L × V, no
+    pad rows) and :func:`label_smoothed_nll_loss` elsewhere, which keeps a CPU run's bits as they were."""
+    if nonpad if nonpad is not None else logits.is_cuda:
+        return nonpad_label_smoothed_nll_loss(logits, target, epsilon, ignore_index, n_tokens)
+    return label_smoothed_nll_loss(logits, target, epsilon, ignore_index)
 
 
 def ctc_loss(ctc_logits: Tensor, enc_lengths: Tensor, target: Tensor, target_lengths: Tensor, blank: int,

@@ -419,3 +419,26 @@ def test_a_run_out_of_memory_in_a_folded_update_goes_on_with_an_accumulating_run
     assert [r["dev/loss"] for r in summary["history"]] == [r["dev/loss"] for r in ref_summary["history"]]
     state = torch.load(tmp_path / "folded/checkpoints/last.pt", weights_only=True)
     assert state["fold"]["gave_up"] is True  # a resumed run keeps accumulating
+
+
+def test_criterion_loss_over_real_tokens_equals_the_whole_logits_loss_with_ctc():
+    """The CE over the real tokens (the CUDA path, forced here on the CPU) gives the whole-logits loss
+    and the same gradient in every parameter, CTC included; the default on the CPU is the reference."""
+    cfg = model_config("tiny", vocab_size=11, ctc_vocab_size=11)
+    torch.manual_seed(0)
+    model = S2TTransformer(cfg).double().eval()
+    b = _batches()[2]
+    out = {}
+    for nonpad in (None, False, True):
+        model.zero_grad(set_to_none=True)
+        crit = Criterion(model, 0.1, 0.3)
+        crit.nonpad_loss = nonpad
+        loss, parts = crit(b, HostCounts.of(b))
+        loss.backward()
+        out[nonpad] = loss.detach(), parts, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert torch.equal(out[None][0], out[False][0]) and out[None][1] == out[False][1]
+    assert out[True][0].item() == pytest.approx(out[False][0].item(), rel=1e-6)
+    assert out[True][1]["nll"] == pytest.approx(out[False][1]["nll"], rel=1e-6)
+    assert len(out[True][2]) > 10
+    for name, grad in out[False][2].items():  # the reference rounds the logits to fp32; the other keeps fp64
+        torch.testing.assert_close(out[True][2][name], grad, rtol=1e-5, atol=1e-7, msg=name)

@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lib.train.objectives import ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss, learning_rate, polynomial_decay_lr
+from lib.train.objectives import (ctc_loss, inverse_sqrt_lr, label_smoothed_nll_loss, learning_rate,
+                                  nonpad_label_smoothed_nll_loss, polynomial_decay_lr, token_loss)
 
 PAD = 1
 
@@ -113,6 +114,112 @@ def test_label_smoothed_loss_is_float32_for_half_logits() -> None:
     logits = torch.randn(1, 3, 5).to(torch.bfloat16)
     loss, nll = label_smoothed_nll_loss(logits, torch.tensor([[2, 3, 4]]), 0.1, PAD)
     assert loss.dtype == torch.float32 and nll.dtype == torch.float32
+
+
+# ----------------------------------------------------------------------------- CE over the real tokens
+
+
+def _padded_logits(seed: int, dtype: torch.dtype, B: int = 4, L: int = 7, V: int = 13):
+    g = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(B, L, V, generator=g, dtype=torch.float64) * 4).to(dtype)
+    target = torch.randint(2, V, (B, L), generator=g)
+    for b, n in enumerate((7, 3, 5, 1)[:B]):
+        target[b, n:] = PAD
+    return logits, target, int((target != PAD).sum())
+
+
+def _hand_loss_tensor(logits: torch.Tensor, target: torch.Tensor, eps: float) -> torch.Tensor:
+    """fairseq's formula in the logits' own dtype, differentiable (the reference for the gradient)."""
+    lprobs = torch.log_softmax(logits, dim=-1)
+    real = target != PAD
+    nll = -lprobs.gather(-1, target.clamp_min(0)[..., None]).squeeze(-1)[real].sum()
+    smooth = -lprobs.sum(-1)[real].sum()
+    eps_i = eps / (logits.size(-1) - 1)
+    return (1 - eps - eps_i) * nll + eps_i * smooth
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("chunk_bytes", [4 * 13, 4 * 13 * 3, 1 << 25])  # 1 row, 3 rows, all rows per chunk
+def test_nonpad_loss_equals_fairseqs_formula_fp64(eps: float, chunk_bytes: int) -> None:
+    """Loss, nll and the gradient of every logit (pad positions included: 0) against the formula
+    differentiated by autograd, in fp64, whatever the chunking."""
+    logits, target, n = _padded_logits(0, torch.float64)
+    x = logits.clone().requires_grad_(True)
+    loss, nll = nonpad_label_smoothed_nll_loss(x, target, eps, PAD, n, chunk_bytes=chunk_bytes)
+    hand_loss, hand_nll = _hand_label_smoothed(logits, target, eps)
+    assert loss.dtype == torch.float64 and not nll.requires_grad
+    assert float(loss.detach()) == pytest.approx(hand_loss, rel=1e-12) and float(nll) == pytest.approx(hand_nll, rel=1e-12)
+    (loss * 0.37).backward()
+    y = logits.clone().requires_grad_(True)
+    (_hand_loss_tensor(y, target, eps) * 0.37).backward()
+    torch.testing.assert_close(x.grad, y.grad, rtol=1e-10, atol=1e-13)
+    assert torch.all(x.grad[target == PAD] == 0) and torch.all(x.grad[target != PAD].abs().sum(-1) > 0)
+
+
+def test_nonpad_loss_in_bf16_equals_the_reference_and_keeps_no_fp32_copy_of_the_logits() -> None:
+    """bf16 logits (what autocast gives the loss on a GPU): the same sums as the whole-logits reference to
+    fp32 rounding, a bf16 gradient within bf16 rounding of the reference's; and the autograd graph keeps
+    the bf16 logits and one fp32 number per token, where the reference keeps fp32 log-probs of every slot."""
+    logits, target, n = _padded_logits(1, torch.bfloat16, V=50)
+
+    def run(fn):
+        x = logits.clone().requires_grad_(True)
+        saved: list[torch.Tensor] = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            loss, nll = fn(x)
+        loss.backward()
+        return loss, nll, x.grad, saved
+
+    loss, nll, grad, saved = run(lambda x: nonpad_label_smoothed_nll_loss(x, target, 0.1, PAD, n, chunk_bytes=4 * 50 * 4))
+    ref_loss, ref_nll, ref_grad, ref_saved = run(lambda x: label_smoothed_nll_loss(x, target, 0.1, PAD))
+    assert loss.dtype == nll.dtype == torch.float32 and grad.dtype == torch.bfloat16
+    assert float(loss) == pytest.approx(float(ref_loss), rel=1e-6) and float(nll) == pytest.approx(float(ref_nll), rel=1e-6)
+    torch.testing.assert_close(grad.float(), ref_grad.float(), rtol=0, atol=2 ** -8)
+    wide = lambda ts: [t for t in ts if t.dtype == torch.float32 and t.dim() and t.shape[-1] == 50]  # noqa: E731
+    assert wide(saved) == [] and len(wide(ref_saved)) >= 1
+
+
+def test_token_loss_keeps_the_reference_on_the_cpu_bit_for_bit() -> None:
+    """``nonpad`` None on CPU logits is the whole-logits reference (a CPU run's bits do not move);
+    forced, the other path, equal to fp32 rounding."""
+    logits, target, n = _padded_logits(2, torch.float32)
+    ref = label_smoothed_nll_loss(logits, target, 0.1, PAD)
+    auto = token_loss(logits, target, 0.1, PAD, n)
+    assert torch.equal(auto[0], ref[0]) and torch.equal(auto[1], ref[1])
+    forced = token_loss(logits, target, 0.1, PAD, n, nonpad=True)
+    assert float(forced[0]) == pytest.approx(float(ref[0]), rel=1e-6)
+    assert float(forced[1]) == pytest.approx(float(ref[1]), rel=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_nonpad_loss_on_cuda_equals_the_reference_and_peaks_lower() -> None:
+    """On a GPU, bf16 logits of a paper-sized batch (2,500 real tokens of 4,000 slots, V = 8,000): the same
+    loss and gradient as the reference (fp32 rounding / bf16 rounding), and a lower memory peak over the
+    forward and backward (the reference holds fp32 log-probs of every slot)."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    B, L, V = 100, 40, 8000
+    logits = torch.randn(B, L, V, generator=g, device=dev).mul_(3).to(torch.bfloat16)
+    lengths = torch.randint(10, L + 1, (B,), generator=g, device=dev)
+    target = torch.randint(2, V, (B, L), generator=g, device=dev)
+    target[torch.arange(L, device=dev)[None, :] >= lengths[:, None]] = PAD
+    n = int((target != PAD).sum())
+
+    def run(fn):
+        x = logits.clone().requires_grad_(True)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        loss, nll = fn(x)
+        loss.backward()
+        torch.cuda.synchronize()
+        return loss, nll, x.grad, torch.cuda.max_memory_allocated() - base
+
+    loss, nll, grad, peak = run(lambda x: token_loss(x, target, 0.1, PAD, n))  # nonpad: the CUDA default
+    ref_loss, ref_nll, ref_grad, ref_peak = run(lambda x: token_loss(x, target, 0.1, PAD, n, nonpad=False))
+    assert float(loss) == pytest.approx(float(ref_loss), rel=1e-5) and float(nll) == pytest.approx(float(ref_nll), rel=1e-5)
+    torch.testing.assert_close(grad.float(), ref_grad.float(), rtol=0, atol=2 ** -8)
+    assert peak < 0.6 * ref_peak, (peak, ref_peak)
 
 
 # ----------------------------------------------------------------------------- CTC
