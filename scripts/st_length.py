@@ -27,6 +27,12 @@ continued run is the longer run: the loop's resume is exact on the same host. Ru
 start from scratch. Cost: 30 ST runs of ``--max-updates`` − K updates.
 
     python scripts/st_length.py --max-updates 2160 --eval-every 60 --extend-from 1080
+
+``--systems baseline`` trains the baselines only, at half the cost, for the question of how long the
+baseline's dev loss keeps falling (written to reports/st_length_baseline.*). Each report also fits the
+baseline's mean dev NLL from 0.4 × the length on with ``floor + b · t^(−a)`` and says at which length its
+last tenth would gain under 1 % (:func:`projected_flat_length`): an extrapolation, which a longer call
+can check.
 """
 from __future__ import annotations
 
@@ -124,32 +130,118 @@ def last_tenth_gain(steps: Sequence[int], values: Sequence[float], length: int) 
     return (a - by[length]) / a
 
 
-def summarize(folder: Path, pairs: Sequence[str], seeds: Sequence[int]) -> dict:
+def summarize(folder: Path, pairs: Sequence[str], seeds: Sequence[int], systems: Sequence[str] = SYSTEMS) -> dict:
+    """Per pair: the dev curve (per step, each system's interval over seeds and, with both systems, local −
+    baseline paired by seed; the baseline's last-tenth gain), its power-law projection
+    (:func:`projected_flat_length`) and the test BLEU at the end. With ``systems`` = (baseline,) only the
+    baseline's columns."""
     from lib.layout import RunPaths
 
+    both = "local" in systems
     out: dict = {}
     for pair in pairs:
-        c = {system: curves(folder, system, pair, seeds) for system in SYSTEMS}
-        steps = [s for s in c["baseline"]["steps"] if s in set(c["local"]["steps"])]
+        c = {system: curves(folder, system, pair, seeds) for system in systems}
+        steps = [s for s in c["baseline"]["steps"] if not both or s in set(c["local"]["steps"])]
+        mean_nll = [statistics.fmean(v[k] for v in c["baseline"]["nll"]) for k in range(len(c["baseline"]["steps"]))]
         rows = []
         for step in steps:
-            i, j = c["baseline"]["steps"].index(step), c["local"]["steps"].index(step)
+            i = c["baseline"]["steps"].index(step)
             row = {"step": step}
             for metric in ("nll", "bleu"):
                 base = [v[i] for v in c["baseline"][metric]]
-                local = [v[j] for v in c["local"][metric]]
-                row[metric] = {"baseline": interval(base).as_dict(4), "local": interval(local).as_dict(4),
-                               "local_minus_baseline": paired_interval(local, base).as_dict(4)}
-            mean_nll = [statistics.fmean(v[k] for v in c["baseline"]["nll"]) for k in range(len(c["baseline"]["steps"]))]
+                row[metric] = {"baseline": interval(base).as_dict(4)}
+                if both:
+                    j = c["local"]["steps"].index(step)
+                    local = [v[j] for v in c["local"][metric]]
+                    row[metric].update(local=interval(local).as_dict(4),
+                                       local_minus_baseline=paired_interval(local, base).as_dict(4))
             gain = last_tenth_gain(c["baseline"]["steps"], mean_nll, step)
             row["baseline_nll_last_tenth_gain"] = None if gain is None else round(gain, 4)
             rows.append(row)
         test = {system: [json.loads(RunPaths(folder, system, pair, s).metrics.read_text(encoding="utf-8"))["bleu"]
-                         for s in seeds] for system in SYSTEMS}
-        out[pair] = {"curve": rows, "test_bleu": {
-            "baseline": interval(test["baseline"]).as_dict(), "local": interval(test["local"]).as_dict(),
-            "local_minus_baseline": paired_interval(test["local"], test["baseline"]).as_dict()}}
+                         for s in seeds] for system in systems}
+        test_bleu = {"baseline": interval(test["baseline"]).as_dict()}
+        if both:
+            test_bleu.update(local=interval(test["local"]).as_dict(),
+                             local_minus_baseline=paired_interval(test["local"], test["baseline"]).as_dict())
+        out[pair] = {"curve": rows, "test_bleu": test_bleu,
+                     "projection": projected_flat_length(c["baseline"]["steps"], mean_nll),
+                     "projection_check": projection_check(c["baseline"]["steps"], mean_nll),
+                     "trend_gain": _round(trend_gain(c["baseline"]["steps"], mean_nll), 4)}
     return out
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def fit_power_law(steps: Sequence[int], values: Sequence[float]) -> tuple[float, float, float]:
+    """Least-squares fit of ``nll(t) = floor + b · t^(−a)`` (floor ≥ 0): for each floor on a grid below the
+    smallest value, ``log(nll − floor)`` is linear in ``log t``; the floor with the smallest squared error in
+    ``nll`` wins. Returns (floor, b, a)."""
+    import numpy as np
+
+    t, y = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    design = np.vstack([np.ones_like(t), np.log(t)]).T
+    best: tuple[float, float, float, float] | None = None
+    for floor in np.linspace(0.0, 0.995 * y.min(), 800):
+        (log_b, slope), *_ = np.linalg.lstsq(design, np.log(y - floor), rcond=None)
+        sse = float(((floor + np.exp(design @ [log_b, slope]) - y) ** 2).sum())
+        if best is None or sse < best[0]:
+            best = (sse, float(floor), float(np.exp(log_b)), float(-slope))
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
+def projected_flat_length(steps: Sequence[int], values: Sequence[float], fit_from: float = 0.4,
+                          horizon: int = 200_000) -> dict | None:
+    """Where the baseline's mean dev NLL would flatten if it kept to the power law it follows: the fit
+    (:func:`fit_power_law`) over the evaluations at or after ``fit_from`` × the last step (the early,
+    steep part follows another curve), and the first length L (in steps of 60, up to ``horizon``) whose last
+    10 % improve the fitted NLL by under 1 %: None there when the fitted floor is 0 (a pure power law: every
+    tenth gains 1 − 0.9^a). An extrapolation, reported as one; None with fewer than 4 points."""
+    pts = [(s, v) for s, v in zip(steps, values) if s >= fit_from * steps[-1]] if steps else []
+    if len(pts) < 4:
+        return None
+    floor, b, a = fit_power_law([s for s, _ in pts], [v for _, v in pts])
+    nll = lambda t: floor + b * t ** (-a)  # noqa: E731
+    flat = next((length for length in range(60, horizon + 1, 60)
+                 if (nll(0.9 * length) - nll(length)) / nll(0.9 * length) < 0.01), None)
+    return {"fit_from": pts[0][0], "floor": round(floor, 4), "b": round(b, 4), "a": round(a, 3),
+            "flat_at": flat, "last_tenth_gain_at_end": round((nll(0.9 * steps[-1]) - nll(steps[-1])) / nll(0.9 * steps[-1]), 4)}
+
+
+def trend_gain(steps: Sequence[int], values: Sequence[float], span: float = 0.2) -> float | None:
+    """The baseline's dev NLL gain per tenth of the run from a least-squares line through the evaluations of
+    its last ``span`` (0.2: the last fifth): −slope · 0.1 L / nll(0.9 L) on that line. Less noisy than
+    :func:`last_tenth_gain`, which reads two single evaluations (each moves by a percent or so between
+    neighbouring evaluations). None with fewer than 3 points in the span."""
+    import numpy as np
+
+    if not steps:
+        return None
+    last = steps[-1]
+    pts = [(s, v) for s, v in zip(steps, values) if s >= (1 - span) * last]
+    if len(pts) < 3:
+        return None
+    t, y = np.array([s for s, _ in pts], dtype=float), np.array([v for _, v in pts], dtype=float)
+    (intercept, slope), *_ = np.linalg.lstsq(np.vstack([np.ones_like(t), t]).T, y, rcond=None)
+    return float(-slope * 0.1 * last / (intercept + slope * 0.9 * last))
+
+
+def projection_check(steps: Sequence[int], values: Sequence[float]) -> dict | None:
+    """How far the power law carries: fitted on the evaluations from 0.2 × to 0.5 × the last step alone
+    (as :func:`projected_flat_length` fits a run half as long), its prediction of the last step's mean dev
+    NLL against the measured one. None with fewer than 4 points in that span."""
+    if not steps:
+        return None
+    last = steps[-1]
+    pts = [(s, v) for s, v in zip(steps, values) if 0.2 * last <= s <= 0.5 * last]
+    if len(pts) < 4:
+        return None
+    floor, b, a = fit_power_law([s for s, _ in pts], [v for _, v in pts])
+    return {"fit_from": pts[0][0], "fit_to": pts[-1][0], "at": last, "predicted": round(floor + b * last ** (-a), 4),
+            "measured": round(values[-1], 4)}
 
 
 def _cell(d: dict, digits: int = 2) -> str:
@@ -158,26 +250,55 @@ def _cell(d: dict, digits: int = 2) -> str:
 
 
 def markdown(result: dict) -> str:
-    lines = [f"# local − baseline against the length of ST training\n",
-             f"Command: `{result['command']}`. {len(result['seeds'])} seeds per pair and system, on this checkout's "
+    both = "local" in result.get("systems", SYSTEMS)
+    who = "pair and system" if both else "pair (the baseline only)"
+    lines = ["# local − baseline against the length of ST training\n",
+             f"Command: `{result['command']}`. {len(result['seeds'])} seeds per {who}, on this checkout's "
              f"draw (its ASR models and Algorithm 1's windows); CPU: {result['cpu']} ({result['cores']} cores). "
              "Dev points are the running model's (no snapshot averaging); the intervals are 95 % t-intervals over "
              "seeds, paired by seed. Last column: how much the baseline's mean dev NLL falls over the last 10 % of "
              "a run that stops at that update (under 1 %: flat).\n"]
     for pair, r in result["pairs"].items():
-        lines += [f"\n## {pair}\n", "| update | baseline dev NLL | local − baseline dev NLL | baseline dev BLEU | "
-                  "local − baseline dev BLEU | baseline NLL gain over the last 10 % |", "|---|---|---|---|---|---|"]
+        if both:
+            lines += [f"\n## {pair}\n", "| update | baseline dev NLL | local − baseline dev NLL | baseline dev BLEU | "
+                      "local − baseline dev BLEU | baseline NLL gain over the last 10 % |", "|---|---|---|---|---|---|"]
+        else:
+            lines += [f"\n## {pair}\n", "| update | baseline dev NLL | baseline dev BLEU | "
+                      "baseline NLL gain over the last 10 % |", "|---|---|---|---|"]
         for row in r["curve"]:
             gain = row["baseline_nll_last_tenth_gain"]
-            lines.append(f"| {row['step']} | {row['nll']['baseline']['mean']:.4f} | "
-                         f"{_cell(row['nll']['local_minus_baseline'], 4)} | {row['bleu']['baseline']['mean']:.2f} | "
-                         f"{_cell(row['bleu']['local_minus_baseline'])} | {'–' if gain is None else f'{gain:.1%}'} |")
+            cells = [str(row["step"]), f"{row['nll']['baseline']['mean']:.4f}"]
+            if both:
+                cells.append(_cell(row["nll"]["local_minus_baseline"], 4))
+            cells.append(f"{row['bleu']['baseline']['mean']:.2f}")
+            if both:
+                cells.append(_cell(row["bleu"]["local_minus_baseline"]))
+            cells.append("–" if gain is None else f"{gain:.1%}")
+            lines.append("| " + " | ".join(cells) + " |")
         t = r["test_bleu"]
-        lines.append(f"\nTest BLEU at {result['max_updates']} updates (average of the last snapshots, beam): baseline "
-                     f"{t['baseline']['mean']:.2f}, local {t['local']['mean']:.2f}, local − baseline "
-                     f"{_cell(t['local_minus_baseline'])}.")
+        test = f"\nTest BLEU at {result['max_updates']} updates (average of the last snapshots, beam): baseline " \
+               f"{t['baseline']['mean']:.2f}"
+        if both:
+            test += f", local {t['local']['mean']:.2f}, local − baseline {_cell(t['local_minus_baseline'])}"
+        lines.append(test + ".")
+        if r.get("trend_gain") is not None:
+            lines.append(f"\nTrend over the last fifth (least squares through its evaluations): the baseline's mean dev "
+                         f"NLL falls {r['trend_gain']:.1%} per tenth of the run (under 1 %: flat).")
+        proj = r.get("projection")
+        if proj:
+            where = (f"its last 10 % would gain under 1 % from {proj['flat_at']} updates on" if proj["flat_at"]
+                     else f"with no floor, every tenth of a run gains 1 − 0.9^a = {1 - 0.9 ** proj['a']:.1%}: "
+                          "it never flattens by this measure")
+            lines.append(f"\nPower-law fit of the baseline's mean dev NLL from update {proj['fit_from']} on "
+                         f"(an extrapolation): NLL ≈ {proj['floor']:.4f} + {proj['b']:.4g} · t^−{proj['a']:.2f}; "
+                         f"{where}.")
+        check = r.get("projection_check")
+        if check:
+            lines.append(f"The same fit on updates {check['fit_from']}-{check['fit_to']} alone predicts "
+                         f"{check['predicted']:.4f} at update {check['at']}; measured {check['measured']:.4f}.")
     if result.get("figure"):
-        lines.append(f"\n![local − baseline against ST updates]({Path(result['figure']).name})\n")
+        alt = "local − baseline against ST updates" if both else "the baseline's dev curves against ST updates"
+        lines.append(f"\n![{alt}]({Path(result['figure']).name})\n")
     return "\n".join(lines) + "\n"
 
 
@@ -194,7 +315,16 @@ def figure(result: dict, path: Path) -> None:
         steps = [r["step"] for r in rows]
         for ax, metric, label in ((axes[0][col], "nll", "dev NLL"), (axes[1][col], "bleu", "dev BLEU (greedy)")):
             for system, style in (("baseline", "k-"), ("local", "C1-")):
-                ax.plot(steps, [r[metric][system]["mean"] for r in rows], style, label=system)
+                if system in rows[0][metric]:
+                    ax.plot(steps, [r[metric][system]["mean"] for r in rows], style, label=system)
+            if metric == "nll":  # the late tail, where flatness is decided, is invisible on a linear axis
+                ax.set_yscale("log")
+            ax.set_title(f"{pair}: {label}", fontsize=9)
+            ax.set_xlabel("ST updates")
+            if col == 0:
+                ax.legend(fontsize=7, loc="center right")
+            if "local_minus_baseline" not in rows[0][metric]:
+                continue
             twin = ax.twinx()
             d = [r[metric]["local_minus_baseline"] for r in rows]
             twin.plot(steps, [x["mean"] for x in d], "C2--", lw=1, label="local − baseline")
@@ -203,10 +333,6 @@ def figure(result: dict, path: Path) -> None:
             twin.fill_between(steps, lo, hi, color="C2", alpha=0.15)
             twin.axhline(0, color="C2", lw=0.5)
             twin.set_ylabel("local − baseline (95 % CI)", color="C2", fontsize=8)
-            ax.set_title(f"{pair}: {label}", fontsize=9)
-            ax.set_xlabel("ST updates")
-            if col == 0:
-                ax.legend(fontsize=7, loc="center right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -221,10 +347,14 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
     ap.add_argument("--source", type=Path, default=ROOT,
                     help="the workspace whose ASR models and windows the runs start from (default: this checkout)")
     ap.add_argument("--workdir", type=Path, default=ROOT / "runs" / "st_length")
-    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "st_length", help="output stem: .md, .json, .png")
+    ap.add_argument("--out", type=Path, help="output stem: .md, .json, .png (default: reports/st_length, "
+                                             "reports/st_length_baseline with --systems baseline)")
     ap.add_argument("--jobs", type=int, help="runs side by side (default: parallel.jobs resolved)")
     ap.add_argument("--pairs", nargs="+", help="language pairs (default: the params' pairs)")
     ap.add_argument("--seeds", type=int, nargs="+", help="ST seeds (default: the params' seeds)")
+    ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
+                    help="systems to train (default: both; `baseline` alone traces how long the baseline's dev "
+                         "loss keeps falling, at half the cost)")
     ap.add_argument("--extend-from", type=int, metavar="K",
                     help="continue the finished runs of an earlier --max-updates K call (module docstring)")
     args = ap.parse_args(argv)
@@ -239,6 +369,11 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
     unknown = sorted(set(pairs) - set(p.pairs))
     if unknown:
         sys.exit(f"error: --pairs {' '.join(unknown)}: not in {args.params}'s pairs ({' '.join(p.pairs)})")
+    if "baseline" not in args.systems:
+        sys.exit("error: --systems: the baseline is always needed (the curve and the gain are the baseline's)")
+    systems = [s for s in SYSTEMS if s in args.systems]
+    if args.out is None:
+        args.out = ROOT / "reports" / ("st_length" if systems == list(SYSTEMS) else "st_length_baseline")
     if len(seeds) < 2:
         sys.exit("error: --seeds: need at least 2 seeds for an interval over seeds")
     if p.train_st.lr_scheduler != "inverse_sqrt":
@@ -258,7 +393,7 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
         if args.extend_from >= args.max_updates or not source.is_dir():
             sys.exit(f"error: --extend-from {args.extend_from}: need an earlier, shorter call's folder {source}")
         n = sum(extend(source, folder, system, pair, seed, args.max_updates, args.eval_every)
-                for seed in seeds for pair in pairs for system in SYSTEMS)
+                for seed in seeds for pair in pairs for system in systems)
         print(f"extending {n} runs from {source}", flush=True)
     if args.jobs is None:
         from lib.parallel import resolve_jobs
@@ -267,18 +402,20 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
     else:
         jobs = args.jobs
     steps = [asr_draws.Step(f"{system}@{pair}-{seed}", [f"stages/train_{system}.py", pair, str(seed)])
-             for seed in seeds for pair in pairs for system in SYSTEMS]
+             for seed in seeds for pair in pairs for system in systems]
     asr_draws.run_steps(folder, steps, jobs, runner)
     cmd = f"python scripts/st_length.py --max-updates {args.max_updates} --eval-every {args.eval_every}"
     if args.pairs:
         cmd += " --pairs " + " ".join(pairs)
     if args.seeds:
         cmd += " --seeds " + " ".join(map(str, seeds))
+    if systems != list(SYSTEMS):
+        cmd += " --systems " + " ".join(systems)
     if args.extend_from is not None:
         cmd += f" --extend-from {args.extend_from}"
     result = {"command": cmd, "max_updates": args.max_updates, "eval_every": args.eval_every, "seeds": seeds,
-              "cpu": asr_draws.cpu_name(), "cores": asr_draws.os.cpu_count(),
-              "pairs": summarize(folder, pairs, seeds)}
+              "systems": systems, "cpu": asr_draws.cpu_name(), "cores": asr_draws.os.cpu_count(),
+              "pairs": summarize(folder, pairs, seeds, systems)}
     from lib.io import atomic_write_json, atomic_write_text
 
     fig = args.out.with_suffix(".png")

@@ -26,6 +26,36 @@ def test_last_tenth_gain_reads_the_evaluation_at_or_before_nine_tenths() -> None
     assert st_length.last_tenth_gain(steps, nll, 60) is None and st_length.last_tenth_gain(steps, nll, 300) is None
 
 
+def test_power_law_projection_recovers_the_curve_and_its_flat_length() -> None:
+    steps = list(range(60, 2161, 60))
+    with_floor = [0.05 + 30.0 * t ** -1.2 for t in steps]
+    floor, b, a = st_length.fit_power_law(steps, with_floor)
+    assert floor == pytest.approx(0.05, abs=2e-4) and a == pytest.approx(1.2, rel=0.02)
+    proj = st_length.projected_flat_length(steps, with_floor)
+    assert proj["fit_from"] == 900  # from 0.4 of the last step on
+    nll = lambda t: 0.05 + 30.0 * t ** -1.2  # noqa: E731
+    gain = lambda n: (nll(0.9 * n) - nll(n)) / nll(0.9 * n)  # noqa: E731
+    assert gain(proj["flat_at"]) < 0.01 <= gain(proj["flat_at"] - 60)  # the first such length, on the grid of 60
+    assert proj["last_tenth_gain_at_end"] == pytest.approx(gain(2160), abs=2e-3)
+    pure = [25.0 * t ** -0.7 for t in steps]  # no floor: every tenth gains 1 - 0.9^0.7 = 7.1 %
+    proj = st_length.projected_flat_length(steps, pure)
+    assert proj["floor"] == 0.0 and proj["flat_at"] is None and proj["a"] == pytest.approx(0.7, rel=1e-3)
+    assert proj["last_tenth_gain_at_end"] == pytest.approx(1 - 0.9 ** 0.7, abs=1e-4)
+    assert st_length.projected_flat_length(steps[:3], pure[:3]) is None
+    # the trend: a line through the last fifth, per tenth of the run
+    line = [1.0 - 1e-4 * t for t in steps]
+    assert st_length.trend_gain(steps, line) == pytest.approx(1e-4 * 216 / (1.0 - 1e-4 * 1944))
+    assert st_length.trend_gain(steps, [0.5] * len(steps)) == pytest.approx(0.0, abs=1e-12)
+    assert st_length.trend_gain(steps[:2], line[:2]) is None
+    # the check fits 0.2-0.5 of the run and predicts its end: exact on the law, off where the curve bends
+    check = st_length.projection_check(steps, with_floor)
+    assert (check["fit_from"], check["fit_to"], check["at"]) == (480, 1080, 2160)
+    assert check["predicted"] == pytest.approx(check["measured"], abs=2e-4) == pytest.approx(nll(2160), abs=1e-4)
+    bent = with_floor[:18] + [v + 0.01 * (t - 1080) / 1080 for t, v in zip(steps[18:], with_floor[18:])]
+    check = st_length.projection_check(steps, bent)
+    assert check["measured"] - check["predicted"] == pytest.approx(0.01, abs=5e-4)
+
+
 @pytest.mark.slow
 def test_curves_from_a_finished_draw(setting, tmp_path: Path) -> None:  # noqa: F811
     params, prepared = setting
@@ -82,6 +112,25 @@ def test_curves_from_a_finished_draw(setting, tmp_path: Path) -> None:  # noqa: 
             assert all(torch.equal(a[n], b[n]) for n in a), (system, k)
     assert extended["pairs"] == fresh["pairs"]
     assert "--extend-from 4" in (tmp_path / "out" / "ext.md").read_text()
+    # --systems baseline: only the baselines train (here extended from 8 to 10); the tables lose local's columns
+    calls = []
+    torch.set_num_threads(1)
+    try:
+        alone = st_length.main(["--max-updates", "10", "--extend-from", "8", "--systems", "baseline", "--workdir",
+                                str(tmp_path / "len"), "--out", str(tmp_path / "out" / "alone"), *common],
+                               runner=in_process(calls))
+    finally:
+        torch.set_num_threads(old)
+    assert sorted(c[0][0] for c in calls) == ["stages/train_baseline.py"] * 2
+    row = alone["pairs"]["en-de"]["curve"][-1]
+    assert row["step"] == 10 and set(row["nll"]) == {"baseline"} and set(alone["pairs"]["en-de"]["test_bleu"]) == {"baseline"}
+    assert alone["pairs"]["en-de"]["curve"][1] == {k: {"baseline": v["baseline"]} if k in ("nll", "bleu") else v
+                                                   for k, v in extended["pairs"]["en-de"]["curve"][1].items()}
+    md = (tmp_path / "out" / "alone.md").read_text()
+    assert "--systems baseline" in md and "local − baseline dev NLL" not in md and "| 10 |" in md
+    with pytest.raises(SystemExit, match="the baseline is always needed"):
+        st_length.main(["--max-updates", "12", "--systems", "local", "--workdir", str(tmp_path / "len"), *common],
+                       runner=in_process([]))
     with pytest.raises(SystemExit, match="--extend-from 8: need an earlier, shorter call"):
         st_length.main(["--max-updates", "8", "--extend-from", "8", "--workdir", str(tmp_path / "len"), *common],
                        runner=in_process([]))
