@@ -5,8 +5,27 @@ import os
 import tempfile
 
 
+def _pin_xdist_worker() -> None:
+    """Under pytest-xdist (``make test`` runs ``-n auto`` workers): give each worker its own share of the
+    cores through its CPU affinity, which the `dvc repro` subprocesses it starts inherit and
+    ``lib.parallel.available_cores`` reads. Two workers each running 2-thread OpenMP code on 2 cores make
+    every barrier wait for a descheduled thread (lib.parallel.share_cores); one core each does not."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or not hasattr(os, "sched_setaffinity"):
+        return
+    cores, n, i = sorted(os.sched_getaffinity(0)), int(count), int(worker.removeprefix("gw"))
+    if n < 2 or len(cores) < n:
+        return
+    mine = set(cores[i::n])
+    os.sched_setaffinity(0, mine)
+    import torch
+
+    torch.set_num_threads(len(mine))
+
+
 def pytest_configure(config) -> None:
     # Machine-level measurements (lib/train/precision.py's `amp: probe` probe) go to a fresh folder per
     # test session, inherited by the `dvc repro` subprocesses: the suite neither reads nor
     # writes the user's ~/.cache/locality-st, and every run of one session sees the same answer.
     os.environ["LOCALITY_ST_CACHE"] = tempfile.mkdtemp(prefix="locality-st-cache-")
+    _pin_xdist_worker()
