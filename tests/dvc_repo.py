@@ -1,7 +1,7 @@
 """Temporary copies of the repository for the end-to-end `dvc` tests (tests/test_pipeline.py,
-tests/test_paper_profile.py): the tiny demo params, param merging, subprocess runs with the venv
-on PATH, and a repo factory (a git repo of this repository's tracked files, without the pipeline
-outputs, with its own params.yaml and a local git identity).
+tests/test_pipeline_variants.py, tests/test_paper_profile.py): the tiny demo params, param merging,
+subprocess runs with the venv on PATH, and a repo factory (a git repo of this repository's tracked
+files, without the pipeline outputs, with its own params.yaml and a local git identity).
 """
 from __future__ import annotations
 
@@ -116,3 +116,14 @@ def make_repo(root: Path, params: dict) -> Path:
     run(["git", "config", "user.email", "t@t"], root)
     git_commit(root, "params")
     return root
+
+
+def built_tiny_repo(root: Path) -> Path:
+    """A tiny repository at ``root`` (the repository's params.yaml with :data:`TINY` over it) after the
+    README's `make repro`: DVC's stages two at a time (scripts/repro.py). The end-to-end test files each
+    build their own (a module fixture), so pytest-xdist can run them side by side."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    repo = make_repo(root, merge(params, TINY))
+    out = run([sys.executable, "scripts/repro.py", "-j", "2"], repo).stdout
+    assert "started  train_baseline@en-de-1" in out and "done:" in out, out
+    return repo
