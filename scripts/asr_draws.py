@@ -203,8 +203,9 @@ def run_draw(folder: Path, steps: Sequence[Step], jobs: int, runner: Runner) -> 
     wall_file = folder / DONE / "wall.json"
     wall = json.loads(wall_file.read_text(encoding="utf-8"))["seconds"] if wall_file.is_file() else 0.0
     if ran:
-        wall += time.perf_counter() - t0
-        wall_file.write_text(json.dumps({"seconds": round(wall, 1)}) + "\n", encoding="utf-8")
+        # rounded before it is both stored and reported, so a no-op rerun reports the same minutes
+        wall = round(wall + time.perf_counter() - t0, 1)
+        wall_file.write_text(json.dumps({"seconds": wall}) + "\n", encoding="utf-8")
     asr = json.loads(_marker(folder, ["stages/train_asr.py", "--shared"]).read_text(encoding="utf-8"))["seconds"]
     return {"wall_minutes": round(wall / 60, 2), "asr_minutes": round(asr / 60, 2)}
 
