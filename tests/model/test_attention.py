@@ -26,9 +26,60 @@ def _inputs(B: int = 3, N: int = 7, seed: int = 0):
 
 
 def test_registry_has_full():
-    assert ATTENTION_VARIANTS["full"] is FullAttention
+    assert ATTENTION_VARIANTS["full", "encoder"] is FullAttention
     assert issubclass(FullAttention, SelfAttention)
     assert FullAttention.needs_prev_attn is False
+
+
+def test_one_registry_serves_both_roles():
+    """The decoder's attention is the same core in another role: one registry keyed by (kind, role),
+    one decorator, and the variants of both roles share the parameter layout and initialisation."""
+    from lib.model.attention import MultiheadAttention, attention_class
+    from lib.model.attention.head_selection import HeadSelectionAttention, HeadSelectionMultiheadAttention
+    from lib.model.attention.smoothing import SmoothedAttention, SmoothedMultiheadAttention
+
+    assert attention_class("full", "decoder") is MultiheadAttention and issubclass(MultiheadAttention, SelfAttention)
+    assert attention_class("smooth", "encoder") is SmoothedAttention
+    assert attention_class("smooth", "decoder") is SmoothedMultiheadAttention
+    assert attention_class("head_select", "decoder") is HeadSelectionMultiheadAttention
+    assert attention_class("head_select") is HeadSelectionAttention
+    with pytest.raises(ValueError, match=r"unknown attention type 'local' for the decoder role"):
+        attention_class("local", "decoder")
+    # the same seed gives the two roles the same weights: one initialisation
+    torch.manual_seed(3)
+    enc = FullAttention(D, H, 0.0)
+    torch.manual_seed(3)
+    dec = MultiheadAttention(D, H, 0.0)
+    assert enc.state_dict().keys() == dec.state_dict().keys()
+    for key, val in enc.state_dict().items():
+        assert torch.equal(val, dec.state_dict()[key]), key
+    # and, for self-attention without a mask, the same output as the encoder's full attention
+    x = torch.randn(2, 5, D)
+    torch.testing.assert_close(dec.eval()(x, None).out, enc.eval()(x, None).out)
+
+
+def test_a_decoder_variant_registers_with_the_same_decorator(monkeypatch):
+    from lib.model.attention import MultiheadAttention, attention_class, build_decoder_attention
+
+    monkeypatch.setattr("lib.model.attention.base.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+
+    @register_attention("scaled_toy")
+    class Scaled(MultiheadAttention):
+        def __init__(self, d_model, n_heads, dropout, *, factor: float):
+            super().__init__(d_model, n_heads, dropout)
+            self.factor = factor
+
+    assert attention_class("scaled_toy", "decoder") is Scaled
+    with pytest.raises(ValueError, match="unknown attention type 'scaled_toy'"):
+        attention_class("scaled_toy", "encoder")
+    built = build_decoder_attention({"type": "scaled_toy", "factor": 2.0, "layers": [2]}, D, H, 0.0, layer=2)
+    assert isinstance(built, Scaled) and built.factor == 2.0
+    assert type(build_decoder_attention({"type": "scaled_toy", "factor": 2.0, "layers": [2]}, D, H, 0.0,
+                                        layer=1)) is MultiheadAttention
+    with pytest.raises(ValueError, match="already registered"):
+        register_attention("scaled_toy")(type("Other", (MultiheadAttention,), {}))
+    with pytest.raises(TypeError, match="not a SelfAttention subclass"):
+        register_attention("plain_toy")(torch.nn.Linear)
 
 
 def test_build_attention_full():

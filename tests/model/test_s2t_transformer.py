@@ -289,7 +289,7 @@ def test_eval_attention_on_cpu_takes_the_faster_path_with_sdpa_math(monkeypatch,
         return real(*a, **kw)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
-    ctx, w = attn._attend(q, k, v, mask, False)
+    ctx, w = attn._attend_masked(q, k, v, mask, False)
     assert bool(calls) is not explicit and w is None
     ref = real(q.float(), k.float(), v.float(), attn_mask=mask_bias(mask, torch.float32))
     tol = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)

@@ -531,7 +531,7 @@ def test_smoothing_with_gamma_zero_reproduces_the_loaded_model() -> None:
 
 
 def test_registry_and_spec_keys() -> None:
-    assert ATTENTION_VARIANTS["smooth"] is SmoothedAttention
+    assert ATTENTION_VARIANTS["smooth", "encoder"] is SmoothedAttention
     with pytest.raises(ValueError, match="prior"):  # required spec key
         build_attention({"type": "smooth"}, D, H, 0.0)
     with pytest.raises(ValueError, match="window"):

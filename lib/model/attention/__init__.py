@@ -1,10 +1,11 @@
 """Pluggable encoder self-attention: one module per kind.
 
-``base`` (masks, the interface, the registry, ``build_attention``), ``full``, ``local``, ``banded``,
-``smoothing``, ``head_selection``, and ``decoder`` (the decoder's role: self- and cross-attention with
-an incremental cache, and its registry; ``smooth`` and ``head_select`` register there too). Importing
-this package imports the plain kinds; a variant's module is imported by the code that uses it, or on
-demand when a spec names its kind (``base.VARIANT_MODULES``). Each name below is re-exported.
+``base`` (masks, the one attention core, the one registry keyed by kind and role, ``build_attention``),
+``full``, ``local``, ``banded``, ``smoothing``, ``head_selection``, and ``decoder`` (the decoder's role:
+the same core with cross-attention, the causal mask and an incremental cache; ``smooth`` and
+``head_select`` register a decoder class each, with the same decorator). Importing this package
+imports the plain kinds; a variant's module is imported by the code that uses it, or on demand when a
+spec names its kind (``base.VARIANT_MODULES``). Each name below is re-exported.
 
 Every encoder layer owns one ``SelfAttention`` module built from a small spec dict
 (``{"type": "full"}``, ``{"type": "local", "window": 13}``, ...) by ``build_attention``.
@@ -75,6 +76,9 @@ from lib.model.attention.base import (  # noqa: F401
     AttentionOutput,
     SelfAttention,
     ATTENTION_VARIANTS,
+    ROLES,
+    attention_class,
+    registered_kinds,
     register_attention,
     VariantParameter,
     variant_parameters,
@@ -93,8 +97,6 @@ from lib.model.attention.banded import (  # noqa: F401
 )
 from lib.model.attention.decoder import (  # noqa: F401
     MultiheadAttention,
-    DECODER_ATTENTION_VARIANTS,
-    register_decoder_attention,
     build_decoder_attention,
 )
 # The variants that load on demand (base.VARIANT_MODULES): their names resolve on first use, so importing
@@ -142,6 +144,9 @@ def __getattr__(name: str):
 
 __all__ = [
     "ATTENTION_VARIANTS",
+    "ROLES",
+    "attention_class",
+    "registered_kinds",
     "AttentionOutput",
     "FullAttention",
     "HeadSelection",

@@ -69,11 +69,14 @@ class AttentionOutput:
 
 
 class SelfAttention(nn.Module):
-    """Base multi-head self-attention (pre-LN Transformer encoder, fairseq parameter names).
+    """The one attention core (fairseq parameter names): multi-head self-attention of the pre-LN
+    encoder, and the base of the decoder's role (:class:`lib.model.attention.decoder.MultiheadAttention`,
+    self- and cross-attention with a cache), which shares its parameters, initialisation, head split and
+    merge, and weighted sum.
 
     Parameters q_proj, k_proj, v_proj, out_proj (``nn.Linear(d, d, bias=True)``) have the SAME
-    names in every variant, so a checkpoint trained with one variant loads into another with no
-    key remapping. Subclasses override only :meth:`attend`.
+    names in every variant and role, so a checkpoint trained with one variant loads into another with
+    no key remapping. Encoder variants override only :meth:`attend`.
 
     Args:
         d_model: model width d.
@@ -84,6 +87,9 @@ class SelfAttention(nn.Module):
             map d -> H' * dh while out_proj still maps H * dh -> d.
     """
 
+    #: The role a subclass serves (the registry's second key): ``encoder`` (self-attention over the
+    #: frames) or ``decoder`` (:class:`lib.model.attention.decoder.MultiheadAttention` and its variants).
+    role: str = "encoder"
     #: When True, the encoder passes the previous layer's attention weights as ``prev_attn``.
     needs_prev_attn: bool = False
     #: When True, under bf16 / fp16 autocast the core runs in fp32 (``forward``); set per instance by
@@ -129,14 +135,14 @@ class SelfAttention(nn.Module):
 
     # -- shared plumbing ------------------------------------------------------------------
 
+    def _split(self, t: Tensor, heads: int | None = None) -> Tensor:
+        """(B, N, heads * dh) -> (B, heads, N, dh); ``heads`` defaults to H."""
+        B, N, _ = t.shape
+        return t.view(B, N, self.n_heads if heads is None else heads, self.head_dim).transpose(1, 2)
+
     def _project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(B, N, d) -> q, k, v each (B, H_proj, N, dh). Scaling is applied in ``attend``."""
-        B, N, _ = x.shape
-
-        def split(t: Tensor) -> Tensor:
-            return t.view(B, N, self.proj_heads, self.head_dim).transpose(1, 2)
-
-        return split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        return tuple(self._split(p(x), self.proj_heads) for p in (self.q_proj, self.k_proj, self.v_proj))  # type: ignore[return-value]
 
     def _merge(self, ctx: Tensor) -> Tensor:
         """(B, H, N, dh) -> (B, N, H * dh)."""
@@ -274,7 +280,10 @@ class SelfAttention(nn.Module):
 # Registry
 # ----------------------------------------------------------------------------------------
 
-ATTENTION_VARIANTS: dict[str, type[SelfAttention]] = {}
+#: Every attention class by (kind, role): ``("local", "encoder")``, ``("smooth", "decoder")``. One registry
+#: for both roles; a kind that differs by role (smoothing, head selection) registers one class per role.
+ATTENTION_VARIANTS: dict[tuple[str, str], type[SelfAttention]] = {}
+ROLES = ("encoder", "decoder")
 
 #: Variants that register when their module is imported, loaded on demand when a spec (or a model file's
 #: config) names their kind. Only the stages that train a variant import its module, so the DVC deps of
@@ -283,38 +292,49 @@ ATTENTION_VARIANTS: dict[str, type[SelfAttention]] = {}
 VARIANT_MODULES = {"smooth": "lib.model.attention.smoothing", "head_select": "lib.model.attention.head_selection"}
 
 
+def registered_kinds(role: str = "encoder") -> list[str]:
+    """The kinds registered for ``role`` so far, sorted."""
+    return sorted(kind for kind, r in ATTENTION_VARIANTS if r == role)
+
+
 def load_variant(kind: str) -> None:
     """Import the module of attention kind ``kind`` when it is a known on-demand variant not yet
     registered (its import registers it, for the encoder and the decoder role alike)."""
-    if kind not in ATTENTION_VARIANTS and kind in VARIANT_MODULES:
+    if kind in VARIANT_MODULES and not any(k == kind for k, _ in ATTENTION_VARIANTS):
         importlib.import_module(VARIANT_MODULES[kind])
+
+
+def attention_class(kind: str, role: str = "encoder") -> type[SelfAttention]:
+    """The class registered for ``kind`` in ``role`` (importing an on-demand variant's module first);
+    ValueError naming the kind and the known ones."""
+    load_variant(kind)
+    cls = ATTENTION_VARIANTS.get((kind, role))
+    if cls is None:
+        known = sorted(set(registered_kinds(role)) | (set(VARIANT_MODULES) if role == "encoder" else set()))
+        where = "" if role == "encoder" else f" for the {role} role"
+        raise ValueError(f"unknown attention type {kind!r}{where}; known: {known}")
+    return cls
+
 
 _C = TypeVar("_C", bound=type)
 
 
-def registrar(registry: Callable[[], dict[str, type]], base: type,
-              what: str) -> Callable[[str], Callable[[_C], _C]]:
-    """A class decorator factory that adds ``base`` subclasses by name to the dict ``registry()`` returns
-    (one per role: the encoder's here, the decoder's in lib/model/attention/decoder.py; read at each
-    registration, so a test may swap the module's dict); ``what`` names the role in errors."""
+def register_attention(name: str) -> Callable[[_C], _C]:
+    """Class decorator: ``@register_attention("local")`` adds a :class:`SelfAttention` subclass to the
+    registry under ``(name, cls.role)``, so one decorator serves the encoder's and the decoder's classes."""
 
-    def register(name: str) -> Callable[[_C], _C]:
-        def deco(cls: _C) -> _C:
-            if not (isinstance(cls, type) and issubclass(cls, base)):
-                raise TypeError(f"{cls!r} is not a {base.__name__} subclass")
-            known = registry()
-            if name in known and known[name] is not cls:
-                raise ValueError(f"{what} {name!r} is already registered")
-            known[name] = cls
-            return cls
+    def deco(cls: _C) -> _C:
+        if not (isinstance(cls, type) and issubclass(cls, SelfAttention)):
+            raise TypeError(f"{cls!r} is not a SelfAttention subclass")
+        if cls.role not in ROLES:
+            raise ValueError(f"{cls.__name__}.role must be one of {list(ROLES)}, got {cls.role!r}")
+        key = (name, cls.role)
+        if key in ATTENTION_VARIANTS and ATTENTION_VARIANTS[key] is not cls:
+            raise ValueError(f"{cls.role} attention variant {name!r} is already registered")
+        ATTENTION_VARIANTS[key] = cls
+        return cls
 
-        return deco
-
-    return register
-
-
-#: Class decorator: ``@register_attention("local")`` adds the class to the registry.
-register_attention = registrar(lambda: ATTENTION_VARIANTS, SelfAttention, "attention variant")
+    return deco
 
 
 class VariantParameter(nn.Parameter):
@@ -361,12 +381,7 @@ def build_attention(spec: dict, d_model: int, n_heads: int, dropout: float, *, r
     if "type" not in spec:
         raise ValueError(f"attention spec {spec!r} has no 'type' key")
     kind = spec["type"]
-    load_variant(kind)
-    if kind not in ATTENTION_VARIANTS:
-        raise ValueError(
-            f"unknown attention type {kind!r}; known: {sorted(set(ATTENTION_VARIANTS) | set(VARIANT_MODULES))}"
-        )
-    cls = ATTENTION_VARIANTS[kind]
+    cls = attention_class(kind, "encoder")
     params = {key: val for key, val in spec.items() if key != "type"}
     allowed, required = _spec_params(cls)
     unknown = sorted(set(params) - allowed)

@@ -1,21 +1,22 @@
-"""The decoder's attention role: :class:`MultiheadAttention` (self- and cross-attention with an
-incremental cache, fairseq's names q/k/v/out_proj as the encoder's) and the registry of its variants,
-keyed by kind (``register_decoder_attention``; ``smooth`` and ``head_select`` register from their
-modules). :func:`build_decoder_attention` builds a layer's module from a validated decoder spec."""
+"""The decoder's attention role: :class:`MultiheadAttention`, the attention core of
+lib/model/attention/base.py (the same parameters, initialisation, head split and merge, weighted sum)
+with what the decoder adds: cross-attention, the causal mask and the incremental cache. Its variants
+(``smooth``, ``head_select``) register in the one registry with ``role = "decoder"``;
+:func:`build_decoder_attention` builds a layer's module from a validated decoder spec."""
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from lib.model.attention.base import AttentionOutput, explicit_on_cpu, load_variant, mask_bias, registrar
-from lib.model.dropout import dropout
+from lib.model.attention.base import (AttentionOutput, SelfAttention, attention_class, explicit_on_cpu,
+                                      mask_bias, register_attention)
 
 
-class MultiheadAttention(nn.Module):
-    """Plain MHA for the decoder (self- and cross-attention) with an incremental cache.
+@register_attention("full")
+class MultiheadAttention(SelfAttention):
+    """Plain MHA for the decoder (self- and cross-attention) with an incremental cache: the ``full`` kind
+    in the decoder role.
 
     ``cache`` (a dict owned by the caller, filled in place):
       self-attention:  "k", "v" (B, H, t, dh) grow by one step per call; "pad" (B, t) bool.
@@ -26,32 +27,16 @@ class MultiheadAttention(nn.Module):
     docs/variants.md); otherwise the fused SDPA path runs as before.
     """
 
+    role = "decoder"
     #: When True, the decoder passes the previous layer's carry (same kind: self or cross) as ``prev_attn``.
     needs_prev_attn: bool = False
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, *, proj_heads: int | None = None) -> None:
         """``proj_heads``: heads produced by q/k/v_proj (default H); only head selection projects
         H' > H candidates (``out_proj`` always merges H heads)."""
-        super().__init__()
-        self.n_heads = n_heads
-        self.head_dim = d_model // n_heads
-        self.dropout = dropout
-        proj_dim = d_model if proj_heads is None else proj_heads * self.head_dim
-        self.q_proj = nn.Linear(d_model, proj_dim)
-        self.k_proj = nn.Linear(d_model, proj_dim)
-        self.v_proj = nn.Linear(d_model, proj_dim)
-        self.out_proj = nn.Linear(d_model, d_model)
-        for proj in (self.q_proj, self.k_proj, self.v_proj):
-            nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
-        nn.init.xavier_uniform_(self.out_proj.weight)
-        nn.init.zeros_(self.out_proj.bias)
+        super().__init__(d_model, n_heads, dropout, proj_heads=proj_heads)
 
-    def _split(self, t: Tensor, heads: int | None = None) -> Tensor:
-        """(B, N, heads * dh) -> (B, heads, N, dh); ``heads`` defaults to H."""
-        B, N, _ = t.shape
-        return t.view(B, N, self.n_heads if heads is None else heads, self.head_dim).transpose(1, 2)
-
-    def _project(
+    def _project_cached(
         self,
         query: Tensor,
         memory: Tensor | None,
@@ -112,20 +97,15 @@ class MultiheadAttention(nn.Module):
             mask = mask | (torch.arange(S, device=q.device)[None, :] > qpos)
         return mask
 
-    def _merge(self, ctx: Tensor) -> Tensor:
-        """(B, H, L, dh) -> out_proj of the merged heads (B, L, d)."""
-        B, H, L, dh = ctx.shape
-        return self.out_proj(ctx.transpose(1, 2).reshape(B, L, H * dh))
-
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def _attend_masked(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None]:
         """Plain attention core: ctx (B, H, L, dh) and, with ``need_weights``, the pre-dropout
         weights (B, H, L, S); the fused SDPA path otherwise."""
         if need_weights or (q.device.type == "cpu" and (self.training and self.dropout > 0 or explicit_on_cpu(q))):
             # explicit weights; on CPU in training also the fast dropout mask (SDPA would fall back
             # to its math path with torch's slow CPU Bernoulli mask, lib.model.dropout); on CPU in
             # eval where SDPA's CPU kernel is the slower one (lib.model.attention.explicit_on_cpu)
-            w = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5 + mask_bias(mask, q.dtype), -1)
-            ctx = torch.matmul(dropout(w, self.dropout, self.training), v)
+            w = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scaling + mask_bias(mask, q.dtype), -1)
+            ctx = self._weighted_sum(w, v)
         else:
             w = None
             ctx = F.scaled_dot_product_attention(
@@ -155,17 +135,9 @@ class MultiheadAttention(nn.Module):
         prev_attn: unused here (variants that smooth with the layer below take it).
         task: (B,) task ids, unused here (head selection takes them).
         """
-        q, k, v, mask = self._project(query, memory, key_padding_mask, causal, cache)
-        ctx, w = self._attend(q, k, v, mask, need_weights)
-        return AttentionOutput(out=self._merge(ctx), weights=w, carry=w)
-
-
-# Decoder attention variants by spec type (ModelConfig.decoder_self_attention / cross_attention).
-DECODER_ATTENTION_VARIANTS: dict[str, type[MultiheadAttention]] = {}
-
-#: Class decorator: ``@register_decoder_attention("smooth")`` adds a decoder variant to the registry.
-register_decoder_attention = registrar(lambda: DECODER_ATTENTION_VARIANTS, MultiheadAttention,
-                                       "decoder attention variant")
+        q, k, v, mask = self._project_cached(query, memory, key_padding_mask, causal, cache)
+        ctx, w = self._attend_masked(q, k, v, mask, need_weights)
+        return AttentionOutput(out=self.out_proj(self._merge(ctx)), weights=w, carry=w)
 
 
 def build_decoder_attention(spec: dict | None, d_model: int, n_heads: int, dropout: float, *,
@@ -175,6 +147,5 @@ def build_decoder_attention(spec: dict | None, d_model: int, n_heads: int, dropo
     spec is None or does not list the layer, else the variant with the spec's options."""
     if spec is None or layer not in spec["layers"]:
         return MultiheadAttention(d_model, n_heads, dropout)
-    load_variant(spec["type"])
-    cls = DECODER_ATTENTION_VARIANTS[spec["type"]]
+    cls = attention_class(spec["type"], "decoder")
     return cls(d_model, n_heads, dropout, **{k: v for k, v in spec.items() if k not in ("type", "layers")})

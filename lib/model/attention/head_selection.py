@@ -13,7 +13,7 @@ from lib.model.config import HeadSelectionOptions, odd_window
 from lib.model.attention.full import FullAttention
 from lib.model.attention.local import LocalAttention
 from lib.model.attention.base import AttentionOutput, SelfAttention, VariantParameter, register_attention
-from lib.model.attention.decoder import MultiheadAttention, register_decoder_attention
+from lib.model.attention.decoder import MultiheadAttention
 
 
 # ----------------------------------------------------------------------------------------
@@ -488,7 +488,7 @@ def set_head_selection_tau(model: nn.Module, tau: float) -> int:
     return _set_on_head_selection(model, "tau", float(tau))
 
 
-@register_decoder_attention("head_select")
+@register_attention("head_select")
 class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
     """Decoder self-attention with per-task head selection (Gong et al.; docs/variants.md, B1):
     the logic of :class:`lib.model.attention.HeadSelection` (the encoder's
@@ -536,10 +536,10 @@ class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
 
         def attend(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor | None]:
             k, v, pad = self._extend_cache(k, v, key_padding_mask, cache)
-            return self._attend(q, k, v, self._forbidden(q, k, pad, causal), need_weights)
+            return self._attend_masked(q, k, v, self._forbidden(q, k, pad, causal), need_weights)
 
         ctx, weights = self.selected_context(query, task, project_all, attend)
-        return AttentionOutput(out=self._merge(ctx), weights=weights, carry=weights)
+        return AttentionOutput(out=self.out_proj(self._merge(ctx)), weights=weights, carry=weights)
 
     def extra_repr(self) -> str:
         return self.selection_repr()

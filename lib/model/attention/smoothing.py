@@ -10,7 +10,7 @@ from lib.model.config import BAND_INIT_LOGIT, SmoothingOptions, odd_window
 from lib.model.attention.full import FullAttention
 from lib.model.attention.local import LocalAttention
 from lib.model.attention.base import AttentionOutput, SelfAttention, VariantParameter, mask_bias, register_attention
-from lib.model.attention.decoder import MultiheadAttention, register_decoder_attention
+from lib.model.attention.decoder import MultiheadAttention
 from lib.model.dropout import dropout
 
 
@@ -250,7 +250,7 @@ class SmoothedAttention(SelfAttention):
         return super().extra_repr() + extra
 
 
-@register_decoder_attention("smooth")
+@register_attention("smooth")
 class SmoothedMultiheadAttention(MultiheadAttention):
     """Decoder attention smoothed with a prior (Maekaku et al.; docs/variants.md):
     A' = (1 - γ) A + γ P, ctx = dropout(A') V, the math of
@@ -311,7 +311,7 @@ class SmoothedMultiheadAttention(MultiheadAttention):
         if self.train_only and not self.training:  # relaxed attention at inference: the plain module
             return super().forward(query, memory, key_padding_mask=key_padding_mask, causal=causal, cache=cache,
                                    need_weights=need_weights)
-        q, k, v, mask = self._project(query, memory, key_padding_mask, causal, cache)  # mask (B, 1, L, S)
+        q, k, v, mask = self._project_cached(query, memory, key_padding_mask, causal, cache)  # mask (B, 1, L, S)
         scores = torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5  # (B, H, L, S)
         raw = torch.softmax(scores + mask_bias(mask, q.dtype), -1).masked_fill(mask, 0.0)  # A
         if self.prior == "uniform":
@@ -326,7 +326,7 @@ class SmoothedMultiheadAttention(MultiheadAttention):
         weights = (1 - gamma) * raw + gamma * prior  # A' (B, H, L, S)
         ctx = torch.matmul(dropout(weights, self.dropout, self.training), v)  # (B, H, L, dh)
         carry = raw if self.prior == "prev" and not self.recursive else weights
-        return AttentionOutput(out=self._merge(ctx), weights=weights if need_weights else None,
+        return AttentionOutput(out=self.out_proj(self._merge(ctx)), weights=weights if need_weights else None,
                                carry=carry if need_weights else None)
 
     def extra_repr(self) -> str:
