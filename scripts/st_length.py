@@ -372,8 +372,10 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
     if "baseline" not in args.systems:
         sys.exit("error: --systems: the baseline is always needed (the curve and the gain are the baseline's)")
     systems = [s for s in SYSTEMS if s in args.systems]
+    default_out = ROOT / "reports" / ("st_length" if systems == list(SYSTEMS) else "st_length_baseline")
+    out_given = args.out is not None and args.out.resolve() != default_out
     if args.out is None:
-        args.out = ROOT / "reports" / ("st_length" if systems == list(SYSTEMS) else "st_length_baseline")
+        args.out = default_out
     if len(seeds) < 2:
         sys.exit("error: --seeds: need at least 2 seeds for an interval over seeds")
     if p.train_st.lr_scheduler != "inverse_sqrt":
@@ -413,6 +415,9 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
         cmd += " --systems " + " ".join(systems)
     if args.extend_from is not None:
         cmd += f" --extend-from {args.extend_from}"
+    if out_given:  # the command as given reproduces this very report
+        out = args.out.resolve()
+        cmd += f" --out {out.relative_to(ROOT) if out.is_relative_to(ROOT) else args.out}"
     result = {"command": cmd, "max_updates": args.max_updates, "eval_every": args.eval_every, "seeds": seeds,
               "systems": systems, "cpu": asr_draws.cpu_name(), "cores": asr_draws.os.cpu_count(),
               "pairs": summarize(folder, pairs, seeds, systems)}

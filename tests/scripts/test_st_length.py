@@ -112,6 +112,7 @@ def test_curves_from_a_finished_draw(setting, tmp_path: Path) -> None:  # noqa: 
             assert all(torch.equal(a[n], b[n]) for n in a), (system, k)
     assert extended["pairs"] == fresh["pairs"]
     assert "--extend-from 4" in (tmp_path / "out" / "ext.md").read_text()
+    assert f"--out {tmp_path / 'out' / 'ext'}`" in (tmp_path / "out" / "ext.md").read_text()  # the command as run
     # --systems baseline: only the baselines train (here extended from 8 to 10); the tables lose local's columns
     calls = []
     torch.set_num_threads(1)
