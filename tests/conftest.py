@@ -29,3 +29,15 @@ def pytest_configure(config) -> None:
     # writes the user's ~/.cache/locality-st, and every run of one session sees the same answer.
     os.environ["LOCALITY_ST_CACHE"] = tempfile.mkdtemp(prefix="locality-st-cache-")
     _pin_xdist_worker()
+
+
+# The files that build a tiny pipeline (minutes on one core) go first: under pytest-xdist's --dist loadfile
+# each file runs whole on one worker, in collection order, so the long ones start at once and the short
+# ones fill the other worker's time, instead of one long file starting last. tests/test_pipeline.py
+# builds the session's tiny repository that the other end-to-end files copy (tests/dvc_repo.py).
+FIRST = ("tests/test_pipeline.py", "tests/test_paper_profile.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))  # stable: the rest keep their order

@@ -1,10 +1,12 @@
-"""Temporary copies of the repository for the end-to-end `dvc` tests (tests/test_pipeline.py,
-tests/test_pipeline_variants.py, tests/test_paper_profile.py): the tiny demo params, param merging,
-subprocess runs with the venv on PATH, and a repo factory (a git repo of this repository's tracked
-files, without the pipeline outputs, with its own params.yaml and a local git identity).
+"""Temporary copies of the repository for the end-to-end `dvc` tests (tests/test_pipeline*.py,
+tests/test_paper_profile.py): the tiny demo params, param merging, subprocess runs with the venv on PATH,
+a repo factory (a git repo of this repository's tracked files, without the pipeline outputs, with its own
+params.yaml and a local git identity), and the one tiny `make repro` that a test session builds and the
+end-to-end files copy.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -120,10 +122,34 @@ def make_repo(root: Path, params: dict) -> Path:
 
 def built_tiny_repo(root: Path) -> Path:
     """A tiny repository at ``root`` (the repository's params.yaml with :data:`TINY` over it) after the
-    README's `make repro`: DVC's stages two at a time (scripts/repro.py). The end-to-end test files each
-    build their own (a module fixture), so pytest-xdist can run them side by side."""
+    README's `make repro`: DVC's stages two at a time (scripts/repro.py)."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     repo = make_repo(root, merge(params, TINY))
     out = run([sys.executable, "scripts/repro.py", "-j", "2"], repo).stdout
     assert "started  train_baseline@en-de-1" in out and "done:" in out, out
+    return repo
+
+
+def tiny_repo_copy(tmp_path_factory) -> Path:
+    """A private copy of the one tiny repository (:func:`built_tiny_repo`) that a test session builds.
+    The first end-to-end file to ask builds it, under a lock in the folder that every pytest-xdist worker
+    of the session shares; the others wait for it and copy it (a second) instead of building their own
+    (two minutes each). A failed build is reported once and re-raised in every file that asks."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    built, done, failed = shared / "tiny-repo", shared / "tiny-repo.done", shared / "tiny-repo.failed"
+    with open(shared / "tiny-repo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if failed.exists():
+            raise AssertionError(f"the session's tiny repository failed to build:\n{failed.read_text()}")
+        if not done.exists():
+            shutil.rmtree(built, ignore_errors=True)
+            try:
+                built_tiny_repo(built)
+            except BaseException as exc:
+                failed.write_text(f"{type(exc).__name__}: {exc}")
+                raise
+            done.touch()
+    repo = tmp_path_factory.mktemp("repo")
+    shutil.copytree(built, repo, symlinks=True, dirs_exist_ok=True)
     return repo

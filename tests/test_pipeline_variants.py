@@ -1,5 +1,6 @@
 """End-to-end: the variants and the ASR modes through `dvc exp run`, on a tiny demo corpus in a temporary
-copy of the repository (its own, so that pytest-xdist runs this file beside tests/test_pipeline.py).
+copy of the repository (a copy of the session's tiny `make repro`, its own, so that pytest-xdist runs this
+file beside tests/test_pipeline.py).
 
 Each variant trains only its own stages and leaves the baselines' outputs as they were.
 """
@@ -11,13 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.dvc_repo import TINY, TRAIN_TINY, built_tiny_repo
+from tests.dvc_repo import TINY, TRAIN_TINY, tiny_repo_copy
 from tests.dvc_repo import run as _run
 
 
 @pytest.fixture(scope="module")
 def tiny_repo(tmp_path_factory) -> Path:
-    return built_tiny_repo(tmp_path_factory.mktemp("repo"))
+    return tiny_repo_copy(tmp_path_factory)
 
 
 @pytest.mark.slow
