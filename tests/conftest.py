@@ -31,13 +31,14 @@ def pytest_configure(config) -> None:
     _pin_xdist_worker()
 
 
-# The files that build a tiny pipeline (minutes on one core) go first: under pytest-xdist's --dist loadfile
-# each file runs whole on one worker, in collection order, so the long ones start at once and the short
-# ones fill the other worker's time, instead of one long file starting last. tests/test_pipeline.py
-# builds the session's tiny repository that the other end-to-end files copy (tests/dvc_repo.py).
+# Under pytest-xdist's --dist loadfile each file runs whole on one worker, in collection order. The files
+# that build a tiny pipeline (minutes on one core) go first, so that they start at once; the files that copy
+# the session's tiny repository, which tests/test_pipeline.py builds (tests/dvc_repo.py), go last, so that
+# the other worker runs the short files while it is built instead of waiting for it.
 FIRST = ("tests/test_pipeline.py", "tests/test_paper_profile.py")
+LAST = ("tests/test_pipeline_experiments.py", "tests/test_pipeline_variants.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    rank = {name: i for i, name in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))  # stable: the rest keep their order
+    order = {name: i for i, name in enumerate(FIRST)} | {name: len(FIRST) + 1 + i for i, name in enumerate(LAST)}
+    items.sort(key=lambda item: order.get(item.nodeid.split("::")[0], len(FIRST)))  # stable: the rest keep their order
