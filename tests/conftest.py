@@ -31,10 +31,11 @@ def pytest_configure(config) -> None:
     _pin_xdist_worker()
 
 
-# Under pytest-xdist's --dist loadfile each file runs whole on one worker, in collection order. The files
-# that build a tiny pipeline (minutes on one core) go first, so that they start at once; the files that copy
-# the session's tiny repository, which tests/test_pipeline.py builds (tests/dvc_repo.py), go last, so that
-# the other worker runs the short files while it is built instead of waiting for it.
+# Under pytest-xdist's --dist loadfile each file runs whole on one worker, in collection order (pyproject.toml
+# turns xdist's own reordering by test count off). The files that build a tiny pipeline (minutes on one core)
+# go first, so that they start at once; the files that copy the session's tiny repository, which
+# tests/test_pipeline.py builds (tests/dvc_repo.py), go last, so that the other worker runs the short files
+# while it is built instead of waiting for it.
 FIRST = ("tests/test_pipeline.py", "tests/test_paper_profile.py")
 LAST = ("tests/test_pipeline_experiments.py", "tests/test_pipeline_variants.py")
 
