@@ -282,7 +282,7 @@ class RunTask:
 
 def execute(task: RunTask, progress: bool = True) -> dict[str, Any]:
     """Train (or resume) and evaluate one run; returns the metrics written to ``task.paths.metrics``."""
-    from dvclive import Live
+    from lib.train.live import TrainingLive
 
     rank, world = dist_info()
     device = auto_device()
@@ -324,8 +324,8 @@ def execute(task: RunTask, progress: bool = True) -> dict[str, Any]:
             _truncate_live_logs(paths.live, update)
         elif paths.live.exists():  # curves of another config (or of an unresumable run): start afresh
             shutil.rmtree(paths.live)
-        live = Live(dir=str(paths.live), resume=resume.state is not None and not resume.fork, dvcyaml=False,
-                    save_dvc_exp=False, report=None)
+        live = TrainingLive(dir=str(paths.live), resume=resume.state is not None and not resume.fork, dvcyaml=False,
+                            save_dvc_exp=False, report=None)
     t0 = time.perf_counter()
     summary = train(model, cfg, task.train_ds, task.dev_ds, paths.run_dir, run_config=run_config,
                     evaluate=lambda m: task.evaluate(m, device, decode_amp), device=device, progress=progress,
