@@ -76,8 +76,8 @@ def cpu_trains_faster_in_bf16() -> bool:
 
 
 def resolve_amp(amp: str, device: torch.device) -> str:
-    """The precision a run decodes in: ``auto`` (and ``probe``) -> ``bf16`` on a CUDA device that supports it
-    or on a CPU with native bf16 (:func:`cpu_has_bf16`), else ``none``; other values are returned unchanged
+    """The precision a run decodes in: ``auto`` (and ``probe``) -> ``bf16`` on a CUDA device that computes it
+    natively (compute capability 8.0 or later; fp32, with TF32, on older cards) or on a CPU with native bf16 (:func:`cpu_has_bf16`), else ``none``; other values are returned unchanged
     (``fp16`` on CPU is refused: autocast has no fp16 CPU kernels worth using)."""
     if amp not in AMP_MODES:
         raise ValueError(f"amp must be one of {list(AMP_MODES)}, got {amp!r}")
@@ -86,7 +86,10 @@ def resolve_amp(amp: str, device: torch.device) -> str:
     if amp not in ("auto", "probe"):
         return amp
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "none"
+        # Native bf16 only (compute capability 8.0 and later: A100, H100, ...). torch.cuda.is_bf16_supported()
+        # also says yes where bf16 is emulated (V100, T4, RTX 2080 Ti) and runs slower than fp32 there.
+        native = bool(torch.version.hip) or torch.cuda.get_device_capability(device)[0] >= 8
+        return "bf16" if native else "none"
     return "bf16" if device.type == "cpu" and cpu_has_bf16() else "none"
 
 

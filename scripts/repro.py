@@ -14,6 +14,7 @@ run-cache or skip).
     python scripts/repro.py -f train_baseline   # forced: that stage (matrix) and what it depends on
     python scripts/repro.py --dry               # what would run, in which order
     python scripts/repro.py --replay reports/repro_timing.json   # these rules on a recorded run's durations
+    python scripts/repro.py -j 8 --estimate train_baseline=1.41 --estimate train_local=1.41   # a planned run
 
 With more than one job each stage's output goes to `.dvc/tmp/repro/<stage>.log` and the terminal
 gets one line per stage start and end, and a status line with each running stage's progress: the
@@ -40,6 +41,10 @@ unless nothing is downstream of it: a stage that runs alone and that no other st
 lets the stages that share the machine pass it, so they fill a core that the last training run
 would leave idle (80 s at the end of a default run when prepare_multi and corpus_stats still ran
 alone; they share the machine since).
+
+`--estimate GROUP=HOURS` runs nothing either: it schedules the whole pipeline by the same rules with
+every stage of those groups taking those hours and the rest none, for the cost of a run not yet made
+(the paper profile's on GPUs, docs/gpu.md).
 
 `--replay TIMING` runs nothing: it schedules the whole pipeline by these rules with the stage
 durations a `--timing` file recorded (:func:`simulate`), so a change of the rules, or of which
@@ -311,6 +316,37 @@ def replay(p: Plan, timing: Path, jobs: int, say: Callable[[str], None] = print)
     return 0
 
 
+def estimate(p: Plan, hours: dict[str, float], jobs: int, say: Callable[[str], None] = print) -> int:
+    """``--estimate``: :func:`simulate` ``p`` with every stage of a group in ``hours`` (the stage name
+    before ``@``: ``train_baseline``) taking that many hours and every other stage none, and print the
+    wall time next to the summed stage-hours (one GPU each: the GPU-hours). Exit status 1 naming a
+    group that no planned stage belongs to."""
+    groups = {name.split("@")[0] for name in p.order}
+    unknown = sorted(set(hours) - groups)
+    if unknown:
+        say(f"error: --estimate: no planned stage in {', '.join(unknown)} (groups: {', '.join(sorted(groups))})")
+        return 1
+    seconds = {name: 3600.0 * hours.get(name.split("@")[0], 0.0) for name in p.order}
+    times = simulate(p, seconds, jobs)
+    wall = max(end for _, end in times.values()) / 3600
+    timed = [name for name in p.order if seconds[name] > 0]
+    say(f"{len(timed)} timed stage(s) of {len(p.order)}, {jobs} at a time "
+        f"({', '.join(f'{g} {h:g} h' for g, h in sorted(hours.items()))}; every other stage 0 h):")
+    say(f"  {sum(seconds.values()) / 3600:.1f} stage-hours, wall time {wall:.1f} h")
+    return 0
+
+
+def _group_hours(value: str) -> tuple[str, float]:
+    group, _, hours = value.partition("=")
+    try:
+        h = float(hours)
+    except ValueError:
+        h = -1.0
+    if not group or not h > 0:
+        raise argparse.ArgumentTypeError(f"expected GROUP=HOURS (e.g. train_baseline=1.41), got {value!r}")
+    return group, h
+
+
 def st_processes(root: Path) -> int:
     """``train_st.processes`` of ``root``'s params.yaml (1 where it has none: a pipeline without it)."""
     import yaml
@@ -340,6 +376,10 @@ def main() -> None:
                     help="run nothing: schedule the pipeline (or the targets, as with -f) by this checkout's rules "
                          "with the stage durations a --timing file recorded, and print that schedule's wall time "
                          "next to the recorded one")
+    ap.add_argument("--estimate", type=_group_hours, action="append", metavar="GROUP=HOURS",
+                    help="run nothing: schedule the whole pipeline (or the targets, as with -f) by these rules "
+                         "with every stage of GROUP taking HOURS (repeat per group) and every other stage none, "
+                         "and print its wall time and stage-hours")
     args = ap.parse_args()
     sys.path.insert(0, str(CODE))
     root = Path.cwd()
@@ -358,6 +398,8 @@ def main() -> None:
         raise SystemExit(f"error: --status-every: expected a number of seconds > 0, got {args.status_every}")
     if args.replay is not None:
         sys.exit(replay(plan(root, args.targets, True), args.replay, jobs))
+    if args.estimate:
+        sys.exit(estimate(plan(root, args.targets, True), dict(args.estimate), jobs))
     p = plan(root, args.targets, args.force)
     if not p.order:
         print("Data and pipelines are up to date.")

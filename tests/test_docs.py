@@ -174,3 +174,19 @@ def test_no_tracked_file_outside_tests_spells_a_machine_path() -> None:
             continue
         hits += [f"{name}: {m.group(0)}" for m in MACHINE_PATH.finditer(text)]
     assert not hits, "machine paths in tracked files:\n" + "\n".join(hits[:20])
+
+
+PAPER_RECIPE = """python scripts/params_profile.py paper                      # params.yaml := the paper's (yours kept aside)
+dvc exp run -S data.mustc_root=/path/to/MUSTC_v1.0 prepare  # the data (the root stays set)
+make repro                                                  # the rest, one run per GPU side by side
+python scripts/params_profile.py --restore                  # your params.yaml back
+"""
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/gpu.md", "docs/mustc_example.md"])
+def test_the_paper_run_has_one_recipe(page: str) -> None:
+    """The paper's run is given by the same lines wherever it is given, as one fenced block, and no
+    page tells the user to overwrite params.yaml by hand."""
+    text = (REPO / page).read_text()
+    assert any(block == PAPER_RECIPE for block in FENCE.findall(text)), f"{page}: the recipe differs"
+    assert "cp profiles/" not in text, f"{page}: copies a profile over params.yaml"

@@ -1,4 +1,5 @@
-"""The real users' path: `cp profiles/paper.yaml params.yaml`, then `dvc repro` to the report.
+"""The real users' path: profiles/paper.yaml as params.yaml (`python scripts/params_profile.py paper`), then
+`dvc repro` to the report.
 
 tests/test_params.py compares the paper profile's values with the paper's Appendices B-C; this runs
 them. Every value of profiles/paper.yaml is used as it is (the paper's model size s, asr.mode

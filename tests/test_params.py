@@ -229,3 +229,26 @@ def test_smoothing_stages_rerun_when_variant_lr_changes() -> None:
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     for name in ("train_smoothing", "train_asr_smoothing"):
         assert "smoothing.variant_lr" in stages[name]["params"]
+
+
+@pytest.mark.parametrize("system, change, needle", [
+    ("group", {"candidates": 6}, "multi.head_selection.candidates: the group strategy needs H' = 6 to be a multiple"),
+    ("subset", {"candidates": 3}, "multi.head_selection.candidates"),
+    ("subset", {"tau_start": 1.0, "tau_end": 2.0}, "multi.head_selection.tau_end: the schedule anneals downwards"),
+])
+def test_head_selection_that_train_multi_would_refuse_stops_at_load(tmp_path: Path, system: str, change: dict,
+                                                                     needle: str) -> None:
+    """The definition is checked against the model's H and the pairs when params.yaml loads, by the check
+    that builds the layers; a system list without head selection leaves it unchecked."""
+    def mutate(p: dict) -> None:
+        p["multi"]["systems"] = [system]
+        p["multi"]["head_selection"].update(change)
+
+    with pytest.raises(ParamError, match=needle.replace("'", ".")):
+        load_params(_write(tmp_path, mutate))
+
+    def unused(p: dict) -> None:
+        p["multi"]["systems"] = ["baseline"]
+        p["multi"]["head_selection"].update(change)
+
+    load_params(_write(tmp_path, unused))

@@ -19,6 +19,20 @@ def test_auto_resolves_by_cpu_capability(monkeypatch):
     assert precision.resolve_amp("bf16", cpu) == "bf16" and precision.resolve_amp("none", cpu) == "none"
 
 
+def test_auto_on_cuda_takes_bf16_only_where_the_card_computes_it_natively(monkeypatch):
+    """A V100 / T4 / RTX 2080 Ti (compute capability 7.x) emulates bf16, slower than fp32, although
+    torch.cuda.is_bf16_supported() says yes there: auto trains those in fp32."""
+    cuda = torch.device("cuda", 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    monkeypatch.setattr(torch.version, "hip", None)
+    asked = []
+    for capability, expected in (((7, 0), "none"), ((7, 5), "none"), ((8, 0), "bf16"), ((9, 0), "bf16")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None, c=capability: asked.append(d) or c)
+        assert precision.resolve_amp("auto", cuda) == expected, capability
+        assert precision.resolve_amp("none", cuda) == "none" and precision.resolve_amp("bf16", cuda) == "bf16"
+    assert set(asked) == {cuda}  # the run's own card, not the current device
+
+
 def test_bad_values_are_refused():
     with pytest.raises(ValueError, match="amp must be one of"):
         precision.resolve_amp("fp8", torch.device("cpu"))

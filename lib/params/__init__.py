@@ -143,6 +143,24 @@ class Params:
         except (TypeError, ValueError):
             return  # model.overrides problems are reported by the model section
         self.smoothing.check_defs(cfg.encoder_layers, cfg.decoder_layers)
+        self._check_head_selection(cfg.n_heads)
+
+    def _check_head_selection(self, n_heads: int) -> None:
+        """``multi.head_selection`` against the model and the pairs, by the same check that builds the
+        layers (lib.model.spec.head_selection_options_from: H' against H, the tasks, the schedule), so
+        that a definition train_multi would refuse stops at load time, not when its stage starts."""
+        from dataclasses import asdict
+
+        from lib.model.spec import head_selection_options_from
+
+        hs = asdict(self.multi.head_selection)
+        hs.pop("subset_init_lead")  # set on the built model, not part of the layer spec
+        for system in self.multi.systems:
+            if system in ("subset", "group"):  # the systems that select heads (lib.train.multi)
+                try:
+                    head_selection_options_from({**hs, "strategy": system}, n_heads=n_heads, tasks=len(self.pairs))
+                except ValueError as e:
+                    raise ParamError(f"{e} (multi.systems has {system})") from None
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

@@ -14,11 +14,15 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import torch
 import torch.distributed as dist
 
 from lib.precision import configure_cuda
+
+#: how often a multi-GPU run waiting for free GPUs asks again
+GPU_WAIT_SECONDS = 5.0
 
 
 def dist_info() -> tuple[int, int]:
@@ -50,7 +54,8 @@ def launch(processes: int, key: str) -> int:
     """Run this process's command line in ``processes`` torchrun workers and return torchrun's exit status.
 
     With CUDA the workers get ``processes`` GPUs that no other run holds (claimed for as long as this
-    process lives); RuntimeError names ``key`` when fewer are free. SIGTERM or Ctrl-C reaches the workers
+    process lives); while fewer are free it says so and waits; RuntimeError names ``key`` when the machine
+    has fewer. SIGTERM or Ctrl-C reaches the workers
     (torchrun forwards it; each saves its training state and stops, lib.train.resume.StopOnSigterm) and
     this process waits for them before it re-raises."""
     env = dict(os.environ)
@@ -64,8 +69,13 @@ def launch(processes: int, key: str) -> int:
                                f"{len(keys)} visible; set {key} to at most {len(keys)}")
         claimed = claim_gpus(keys, cache_dir() / "gpu-claims", processes)
         if claimed is None:
-            raise RuntimeError(f"{key}: fewer than {processes} of the {len(keys)} GPUs are free (the others are "
-                               f"held by runs side by side); lower parallel.jobs, or {key}")
+            # Runs side by side hold the others (make repro sizes parallel.jobs by train_st.processes, so a
+            # multi-GPU ASR stage can start beside single-GPU runs): wait for them rather than fail.
+            print(f"{key} = {processes}: fewer than {processes} of the {len(keys)} GPUs are free (held by runs "
+                  f"side by side); waiting for them", file=sys.stderr, flush=True)
+            while claimed is None:
+                time.sleep(GPU_WAIT_SECONDS)
+                claimed = claim_gpus(keys, cache_dir() / "gpu-claims", processes)
         env["CUDA_VISIBLE_DEVICES"] = visible_devices(claimed, os.environ.get("CUDA_VISIBLE_DEVICES"))
     cmd = torchrun_command(processes, [sys.argv[0], *sys.argv[1:]])
     print(f"{key} = {processes}: starting torchrun {' '.join(cmd[3:5])} {' '.join(cmd[5:])}"

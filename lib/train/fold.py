@@ -169,6 +169,10 @@ class FoldPolicy:
     def load_state(self, state: dict[str, Any] | None) -> None:
         if state:
             self.per_slot, self.gave_up = state.get("per_slot"), bool(state.get("gave_up", False))
+            # The running maximum the later batches raise: at an update's end (where last.pt is
+            # written) it equals per_slot. Left at 0, the resumed run's next update would lower
+            # per_slot to the peak seen since the resume, and fold what the uninterrupted run accumulates.
+            self._peak = float(self.per_slot or 0.0)
 
 
 #: fold_update auto: the folded batch's estimated peak must fit in this share of the card's memory,

@@ -5,6 +5,7 @@ Under torchrun rank 0 decides and broadcasts. The loop (lib/train/loop.py) resto
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 from dataclasses import asdict, dataclass
@@ -136,7 +137,14 @@ def _fall_back_to_prev(path: Path, prev: Path, error: Exception, log: Callable[[
     except (FileNotFoundError, RuntimeError):
         raise SystemExit(f"error: {path} cannot be read ({reason}) and there is no intact earlier training "
                          f"state ({prev.name}): delete {path.parent} to train this run from scratch") from None
-    os.replace(path, corrupt)
+    # The unreadable file gets a second name first, then one rename puts prev in its place: a kill at any
+    # point leaves a last.pt (the unreadable one, with prev.pt beside it, or the intact one), never a
+    # missing last.pt, which would make the next start train from scratch.
+    corrupt.unlink(missing_ok=True)
+    try:
+        os.link(path, corrupt)
+    except OSError:  # a file system without hard links
+        shutil.copyfile(path, corrupt)
     os.replace(prev, path)
     update = state.get("run_state", {}).get("update", "?")
     log(f"{path} cannot be read ({reason}): resuming from the state one save back ({prev.name}, update "

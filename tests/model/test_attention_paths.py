@@ -344,12 +344,12 @@ def test_cuda_sdpa_band_matches_blocked_kernel(w):
 
 @CUDA
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("w", [None, 13])
+@pytest.mark.parametrize("w", [None, 1, 3, 13, 61])
 def test_cuda_flash_packed_matches_reference(dtype, w):
     if not ca.flash_supported(torch.device("cuda")):
         pytest.skip("FlashAttention-2 is not usable on this card / torch")
-    lengths, n, dh = [166, 120, 9], 166, 64
-    q, k, v = _qkv(3, 4, n, dh, dtype=torch.float64, device="cuda")
+    lengths, n, dh = [166, 120, 9, 1], 166, 64
+    q, k, v = _qkv(len(lengths), 4, n, dh, dtype=torch.float64, device="cuda")
     kpm = _padding(lengths, n, "cuda")
     p = Packing.build(lengths, n, torch.device("cuda"))
     low = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
@@ -373,6 +373,13 @@ def test_cuda_flash_packed_matches_reference(dtype, w):
     # with dropout: runs, differs from the exact output
     drop = packed_attention(*(p.pack(t.transpose(1, 2)) for t in low), p, w, dropout_p=0.1, training=True)
     assert drop.shape == out.shape and not torch.equal(drop, out)
+    # and the backward replays the forward's dropout mask: for O = A_drop V, dV = A_drop^T dO, so
+    # sum(V * dV) = sum(dO * O) with the forward's mask only; with dO = O, another mask would give
+    # sum(O * O') instead, short of sum(O * O) by about p / (1 - p) of it (11 %), far outside 1 %
+    dv = torch.autograd.grad(drop, low[2], drop.detach())[0]
+    lhs = (low[2].detach().double() * dv.double()).sum().item()
+    rhs = drop.detach().double().pow(2).sum().item()
+    assert abs(lhs - rhs) <= 1e-2 * rhs, f"sum(V dV) {lhs} vs sum(dO O) {rhs}: the backward's dropout mask differs"
 
 
 @CUDA

@@ -146,6 +146,24 @@ def test_replay_schedules_a_recorded_runs_durations_by_the_current_rules(tmp_pat
     assert proc.returncode == 1 and "t.json" in proc.stdout and "no recorded duration for c" in proc.stdout
 
 
+def test_estimate_schedules_planned_hours_per_stage_group(tmp_path: Path) -> None:
+    """`--estimate`: nothing runs; every stage of a named group takes its hours, the rest none: two
+    parallel a-stages and a b-stage after both take 1 + 2 hours on two jobs, 4 on one."""
+    a = _stage("a${item.i}", [])
+    root = _project(tmp_path / "p", {"a": {"matrix": {"i": [1, 2]}, **a}, "b": _stage("b", ["a1.out", "a2.out"]),
+                                     "c": _stage("c", ["b.out"], shares=False)})
+    for jobs, wall in (("2", "3.0"), ("1", "4.0")):
+        proc = _repro(root, "-j", jobs, "--estimate", "a=1", "--estimate", "b=2")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"3 timed stage(s) of 4, {jobs} at a time (a 1 h, b 2 h; every other stage 0 h):" in proc.stdout
+        assert f"4.0 stage-hours, wall time {wall} h" in proc.stdout, proc.stdout
+    assert not any(root.glob("*.out"))
+    proc = _repro(root, "-j", "2", "--estimate", "train_x=1")
+    assert proc.returncode == 1 and "no planned stage in train_x (groups: a, b, c)" in proc.stdout
+    proc = _repro(root, "-j", "2", "--estimate", "a=soon")
+    assert proc.returncode == 2 and "expected GROUP=HOURS" in proc.stderr
+
+
 BAR = """import sys, time
 from tqdm import tqdm
 bar = tqdm(total=10, desc="train fake-1", unit="upd", mininterval=0)

@@ -54,6 +54,33 @@ def test_a_multi_gpu_run_on_too_few_gpus_names_the_key(monkeypatch: pytest.Monke
         distributed.launch(4, "train_asr.processes")
 
 
+def test_a_multi_gpu_run_waits_while_runs_side_by_side_hold_the_gpus(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """make repro sizes its jobs by train_st.processes, so a train_asr stage in 4 processes can start while
+    single-GPU runs hold the GPUs: it waits for 4 to be free instead of failing."""
+    from lib import parallel
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(parallel, "gpu_keys", lambda: [f"g{i}" for i in range(8)])
+    answers = [None, None, [1, 2, 5, 6]]
+    monkeypatch.setattr(parallel, "claim_gpus", lambda keys, lock_dir, n: answers.pop(0))
+    slept = []
+    monkeypatch.setattr(distributed.time, "sleep", slept.append)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    started = []
+
+    class Proc:
+        def __init__(self, cmd, env):
+            started.append(env["CUDA_VISIBLE_DEVICES"])
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(distributed.subprocess, "Popen", Proc)
+    assert distributed.launch(4, "train_asr.processes") == 0
+    assert started == ["1,2,5,6"] and slept == [distributed.GPU_WAIT_SECONDS] * 2 and not answers
+    assert capsys.readouterr().err.count("waiting for them") == 1
+
+
 @pytest.mark.parametrize("update_freq, processes, ok", [(8, 1, True), (8, 4, True), (8, 3, False), (1, 2, False)])
 def test_update_freq_must_split_over_the_processes(update_freq: int, processes: int, ok: bool) -> None:
     cfg = TrainConfig(update_freq=update_freq, processes=processes)

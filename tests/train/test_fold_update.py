@@ -341,7 +341,7 @@ def test_fold_policy_auto_keeps_learning_from_every_batch(monkeypatch):
     policy = FoldPolicy("auto", torch.device("cuda"), 2)
     batches = [_batch([10, 10], [2, 2], 1), _batch([10, 10], [2, 2], 2)]  # 2 x 10 slots each, 40 folded
 
-    def run(steps, bytes_per_slot):
+    def run(steps, bytes_per_slot, policy=policy):
         for i, b in enumerate(steps):
             policy.before_batch()
             mem["peak"] = mem["allocated"] + bytes_per_slot * FoldPolicy.slots(b)
@@ -353,6 +353,13 @@ def test_fold_policy_auto_keeps_learning_from_every_batch(monkeypatch):
     run([merge_batches(batches)], 20_000)  # the folded batch needed 200 x more per slot
     assert policy.per_slot == 20_000
     assert policy.decide(batches) is False  # 1000 + 40 x 20k x 1.25 = 1.0 M > 0.85 x 1 M: accumulate
+    # A run resumed from last.pt decides its next updates as the uninterrupted one does: the peak it
+    # learnt is not lowered by the smaller batches that follow the resume.
+    resumed = FoldPolicy("auto", torch.device("cuda"), 2)
+    resumed.load_state(policy.state())
+    for p in (policy, resumed):
+        run(batches, 100, p)
+        assert p.per_slot == 20_000 and p.decide(batches) is False
 
 
 def test_update_grouping_by_length_pads_folds_less_and_changes_nothing_with_update_freq_1():

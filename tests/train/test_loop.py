@@ -664,6 +664,21 @@ def test_truncated_last_pt_falls_back_to_prev_pt(prepared: Path, tmp_path: Path,
     assert ckpt.load(ckpt_dir / "prev.pt")["run_state"]["update"] == 1
     last = ckpt_dir / "last.pt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    # killed in the middle of the fall-back, before its rename: the next start falls back all the same
+    from lib.train import resume
+
+    real_replace = os.replace
+
+    def killed(src, dst):  # the rename that puts prev.pt in place is where the kill lands
+        if Path(src).name == "prev.pt":
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(resume.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _driver.run_training(prepared, tmp_path / "cut", train_overrides=overrides)
+    monkeypatch.undo()
+    assert last.is_file() and (ckpt_dir / "prev.pt").is_file()
     capsys.readouterr()
 
     model, summary = _driver.run_training(prepared, tmp_path / "cut", train_overrides=overrides)
