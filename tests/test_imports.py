@@ -125,3 +125,12 @@ def test_architecture_doc_names_every_layer() -> None:
         for entry in entries:
             if entry != "lib/__init__.py":
                 assert entry.removeprefix("lib/") in doc, f"docs/architecture.md does not place {entry} ({name})"
+
+
+def test_no_lib_module_is_over_600_lines() -> None:
+    """One module per concept, readable top to bottom (docs/architecture.md): a module that outgrows
+    600 lines is split, not grown."""
+    lib = Path(__file__).resolve().parent.parent / "lib"
+    long = {str(p.relative_to(lib.parent)): n for p in lib.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert not long, f"split these modules: {long}"

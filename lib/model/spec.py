@@ -10,6 +10,7 @@ from lib.model.config import (
     SMOOTHING_PRIORS,
     decoder_attention_spec,
     HeadSelectionOptions,
+    odd_window,
     smoothing_layers,
     SmoothingOptions,
 )
@@ -32,8 +33,7 @@ def local_attention_spec(n_layers: int, full_layers: int, windows: Sequence[Any]
     if len(windows) != expected:
         raise ValueError(f"{key}: expected {expected} windows (layers {full_layers + 1}..{n_layers}), got {len(windows)}")
     for i, w in enumerate(windows):
-        if isinstance(w, bool) or not isinstance(w, int) or w < 1 or w % 2 == 0:
-            raise ValueError(f"{key}[{i}] (layer {full_layers + 1 + i}): window must be a positive odd integer, got {w!r}")
+        odd_window(w, f"{key}[{i}] (layer {full_layers + 1 + i}): window")
     return [{"type": "full"} for _ in range(full_layers)] + [{"type": "local", "window": w} for w in windows]
 
 
@@ -45,9 +45,7 @@ def validate_spec(spec: Sequence[dict], n_layers: int, *, key: str = "encoder_at
         if not isinstance(s, dict) or "type" not in s:
             raise ValueError(f"{key}[{i}]: expected a dict with a 'type', got {s!r}")
         if s["type"] == "local":
-            w = s.get("window")
-            if isinstance(w, bool) or not isinstance(w, int) or w < 1 or w % 2 == 0:
-                raise ValueError(f"{key}[{i}] (layer {i + 1}): window must be a positive odd integer, got {w!r}")
+            odd_window(s.get("window"), f"{key}[{i}] (layer {i + 1}): window")
     return [dict(s) for s in spec]
 
 
@@ -290,8 +288,7 @@ def _check_windows(windows: Sequence[Any], key: str) -> list[int]:
     if not windows:
         raise ValueError(f"{key}: no windows")
     for i, w in enumerate(windows):
-        if isinstance(w, bool) or not isinstance(w, int) or w < 1 or w % 2 == 0:
-            raise ValueError(f"{key}[{i}]: window must be a positive odd integer, got {w!r}")
+        odd_window(w, f"{key}[{i}]: window")
     return list(windows)
 
 

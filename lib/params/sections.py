@@ -11,6 +11,16 @@ from typing import Any
 from lib.params.base import PAIR_PATTERN, VALUE_BIAS_MODES, ParamError, _check_repo_relative
 
 
+def _odd_window(window: Any, what: str) -> int:
+    """lib.model.config.odd_window, the one odd-window check, as a ParamError."""
+    from lib.model.config import odd_window
+
+    try:
+        return odd_window(window, what)
+    except ValueError as e:
+        raise ParamError(str(e)) from None
+
+
 @dataclass(frozen=True)
 class CorpusParams:
     """``corpus``: the synthetic demo corpus in MuST-C v1 layout (see lib/corpus)."""
@@ -208,8 +218,7 @@ class LocalParams:
         if self.fork not in LOCAL_FORKS:
             raise ParamError(f"{prefix}.fork: expected one of {list(LOCAL_FORKS)}, got {self.fork!r}")
         for i, w in enumerate(self.windows):
-            if w < 1 or w % 2 == 0:
-                raise ParamError(f"{prefix}.windows[{i}]: window must be a positive odd integer, got {w}")
+            _odd_window(w, f"{prefix}.windows[{i}]: window")
 
 
 @dataclass(frozen=True)
@@ -284,8 +293,7 @@ class HealthParams:
         if self.samples < 1:
             raise ParamError(f"{prefix}.samples: must be >= 1, got {self.samples}")
         for i, w in enumerate(self.band_windows):
-            if w < 1 or w % 2 == 0:
-                raise ParamError(f"{prefix}.band_windows[{i}]: window must be a positive odd integer, got {w}")
+            _odd_window(w, f"{prefix}.band_windows[{i}]: window")
         if not self.head_threshold > 0:
             raise ParamError(f"{prefix}.head_threshold: must be > 0, got {self.head_threshold}")
 
@@ -306,7 +314,9 @@ class EfficiencyParams:
             raise ValueError(f"{prefix}.pair: expected a pair like 'en-de', got {self.pair!r}")
         if not self.lengths or any(n < 1 for n in self.lengths):
             raise ValueError(f"{prefix}.lengths: expected positive integers, got {self.lengths}")
-        if not self.op_windows or any(w < 1 or w % 2 == 0 for w in self.op_windows):
+        if not self.op_windows:
             raise ValueError(f"{prefix}.op_windows: expected positive odd integers, got {self.op_windows}")
+        for i, w in enumerate(self.op_windows):
+            _odd_window(w, f"{prefix}.op_windows[{i}]: window")
         if self.op_reps < 1 or self.encoder_reps < 1:
             raise ValueError(f"{prefix}: op_reps and encoder_reps must be >= 1")

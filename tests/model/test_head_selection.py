@@ -733,6 +733,39 @@ def test_training_loop_sets_tau_and_logs_the_kl(tmp_path) -> None:
     assert not torch.equal(model.encoder.layers[0].self_attn.head_logits.detach(), phi0)  # φ is trained
 
 
+@pytest.mark.parametrize("fold_update", ["on", "auto"])
+def test_the_training_loop_never_folds_a_head_selection_model(tmp_path, fold_update: str) -> None:
+    """The loop reads from the model that it selects heads, and folding is refused (``on``) or never
+    chosen (``auto``): one Gumbel draw per forward would make a folded update another update than the
+    accumulated one. A model whose selection the loop fails to see would fold here."""
+    from lib.params import TrainConfig
+    from lib.train import loop
+    from lib.train.loop import train
+
+    torch.manual_seed(0)
+    model = S2TTransformer(_cfg(enc="group", dec="subset"))
+    cfg = TrainConfig(lr=1e-3, warmup_updates=1, max_updates=2, max_frames=200, update_freq=2, eval_every=2,
+                      save_every=2, average_last=1, specaugment=False, fold_update=fold_update)
+    made = []
+    real = loop.FoldPolicy
+
+    def policy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    import unittest.mock as mock
+
+    with mock.patch.object(loop, "FoldPolicy", policy):
+        if fold_update == "on":
+            with pytest.raises(ValueError, match="this model selects heads"):
+                train(model, cfg, _MemoryData(12, 0), _MemoryData(4, 1), tmp_path, run_config={"hs": "fold"},
+                      progress=False, live=_Live())
+            return
+        train(model, cfg, _MemoryData(12, 0), _MemoryData(4, 1), tmp_path, run_config={"hs": "fold"},
+              progress=False, live=_Live())
+    assert len(made) == 1 and made[0].exact is False
+
+
 def test_training_loop_with_the_gumbel_estimator_and_variant_lr(tmp_path) -> None:
     """The loop sets the noise scale of every update (s(3 completed) after the last) and steps the logits
     in their own group at variant_lr, outside encoder_lr_scale."""
