@@ -395,6 +395,13 @@ def test_criterion_adds_the_weighted_kl_and_logs_it() -> None:
     assert parts0["kl"] == pytest.approx(kl, rel=1e-12) and parts1["kl"] == pytest.approx(kl, rel=1e-12)
     assert parts0["ce"] == parts1["ce"]
     assert float((loss1 - loss0).detach()) == pytest.approx(0.25 * kl, rel=1e-9)
+    # the modules' KL is computed once per batch, for the logged part and the loss alike
+    calls = []
+    per_task = model.head_selection_kl_per_task
+    model.head_selection_kl_per_task = lambda: calls.append(1) or per_task()
+    Criterion(model, 0.1, 0.0, kl_weight=0.25)(batch)
+    del model.head_selection_kl_per_task
+    assert len(calls) == 1
     with pytest.raises(ValueError, match="task ids"):
         Criterion(model, 0.1, 0.0)(_fake_batch(None))
     # a model without head selection: no kl part, the loss of old

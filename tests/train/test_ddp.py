@@ -31,17 +31,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_driver(prepared: Path, out: Path, train: dict, nproc: int) -> dict:
-    """Train with tests/train/_driver.py on CPU (GPUs hidden) in ``nproc`` processes (torchrun when
-    > 1); its final.pt (model, summary, world)."""
+def _driver_command(prepared: Path, out: Path, train: dict, nproc: int) -> tuple[list[str], dict, str]:
+    """The command line, environment and folder that train with tests/train/_driver.py on CPU (GPUs
+    hidden) in ``nproc`` processes (torchrun when > 1)."""
     spec = {"prepared": str(prepared), "out": str(out), "model": NO_DROPOUT, "train": train}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "PYTHONUNBUFFERED": "1",
            "CUDA_VISIBLE_DEVICES": ""}
     driver = str(Path(_driver.__file__).resolve())
     launch = ([sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
                "--master_addr=127.0.0.1", f"--master_port={_free_port()}"] if nproc > 1 else [sys.executable])
-    proc = subprocess.run([*launch, driver, json.dumps(spec)], env=env, capture_output=True, text=True,
-                          timeout=180, cwd=str(Path(driver).parents[2]))
+    return [*launch, driver, json.dumps(spec)], env, str(Path(driver).parents[2])
+
+
+def _run_driver(prepared: Path, out: Path, train: dict, nproc: int) -> dict:
+    """Train as :func:`_driver_command` says; the driver's final.pt (model, summary, world)."""
+    cmd, env, cwd = _driver_command(prepared, out, train, nproc)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, cwd=cwd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "DONE" in proc.stdout
     return torch.load(out / "final.pt", weights_only=True)
@@ -77,6 +82,57 @@ def test_two_gloo_ranks_equal_one_process_with_the_same_update_freq(prepared: Pa
     # rank 0 alone wrote the checkpoints, with both ranks' RNG states in last.pt
     last = ckpt.load(out / "checkpoints/last.pt")
     assert len(last["rng"]) == 2 and last["run_state"]["update"] == 4
+
+
+@pytest.mark.slow
+def test_sigterm_to_torchrun_stops_both_ranks_after_one_update_and_the_same_command_continues(
+        prepared: Path, tmp_path: Path) -> None:
+    """A pre-emption of a run in two processes: SIGTERM reaches torchrun, which forwards it to both ranks;
+    they agree (an all-reduce of the flag) to stop after the same update, rank 0 saves that update off the
+    save_every schedule with both ranks' RNG states, and the same command continues to the weights of the
+    uninterrupted run, bit for bit."""
+    import signal
+    import threading
+
+    train = {**TRAIN, "update_freq": 2}  # save_every 2: update 3 is saved only because of the SIGTERM
+    reference = _run_driver(prepared, tmp_path / "whole", train, nproc=2)
+    out = tmp_path / "preempted"
+    cmd, env, cwd = _driver_command(prepared, out, train, nproc=2)
+    proc = subprocess.Popen(cmd, env={**env, "TRAIN_DRIVER_BLOCK_AT": "3"}, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    blocked = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "BLOCKED at update 3" in line:
+                blocked.set()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        assert blocked.wait(timeout=120), "".join(lines)
+        os.kill(proc.pid, signal.SIGTERM)  # to torchrun, as a scheduler's pre-emption would
+        assert proc.wait(timeout=120) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=10)
+    log = "".join(lines)
+    for rank in (0, 1):  # each rank stopped after update 3 (rank 1 was not held: without the agreement it
+        # would have gone on into update 4 and failed waiting for rank 0)
+        assert f"[rank{rank}]: lib.train.resume.Preempted: stopped by SIGTERM after update 3" in log, log
+    last = ckpt.load(out / "checkpoints/last.pt")
+    assert last["run_state"]["update"] == 3 and len(last["rng"]) == 2
+
+    final = _run_driver(prepared, out, train, nproc=2)
+    assert final["world"] == 2 and final["summary"]["updates"] == 4
+    assert list(final["model"]) == list(reference["model"])
+    assert all(torch.equal(final["model"][k], reference["model"][k]) for k in reference["model"])
+    assert final["summary"]["history"] == reference["summary"]["history"]
 
 
 def test_more_ranks_than_gpus_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
