@@ -119,12 +119,26 @@ def test_the_layer_check_finds_an_upward_import() -> None:
         layer_of("lib/new_package/thing.py")
 
 
-def test_architecture_doc_names_every_layer() -> None:
+def test_architecture_doc_draws_the_layers_of_this_table() -> None:
+    """docs/architecture.md's picture (its first fenced block, highest layer first) puts every entry of
+    :data:`LAYERS` on its layer's row: entries of one layer on one row, a lower layer further down."""
     doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    picture = doc.split("```")[1].splitlines()
+    row: dict[str, int] = {}
     for name, entries in LAYERS:
         for entry in entries:
-            if entry != "lib/__init__.py":
-                assert entry.removeprefix("lib/") in doc, f"docs/architecture.md does not place {entry} ({name})"
+            if entry == "lib/__init__.py":
+                continue
+            token = entry.removeprefix("lib/")
+            rows = [i for i, line in enumerate(picture) if token in line.split()]
+            assert len(rows) == 1, f"docs/architecture.md's picture places {entry} ({name}) on {len(rows)} rows"
+            row[entry] = rows[0]
+    for i, (name, entries) in enumerate(LAYERS):
+        lines = {row[e] for e in entries if e in row}
+        assert len(lines) == 1, f"docs/architecture.md splits layer {name} over rows {sorted(lines)}"
+        if i:
+            below = {row[e] for e in LAYERS[i - 1][1] if e in row}
+            assert lines.pop() < below.pop(), f"docs/architecture.md draws {name} below {LAYERS[i - 1][0]}"
 
 
 def test_no_lib_module_is_over_600_lines() -> None:
