@@ -175,16 +175,21 @@ def load_encoder(model: S2TTransformer, state_dict: dict[str, Tensor], *, expand
                       expanded=sorted(expanded))
 
 
-def load_decoder_layers(model: S2TTransformer, state_dict: dict[str, Tensor]) -> list[str]:
+def load_decoder_layers(model: S2TTransformer, state_dict: dict[str, Tensor], *,
+                        expand_candidate_heads: bool = False) -> list[str]:
     """Initialise the decoder's layers and final LayerNorm from another model's (e.g. the ASR
     model's, whose decoder has learned to align with the encoder), leaving the token embedding
     and the output projection (vocabulary-specific) at their initialisation. A demo option
     (``train_st.init_decoder``), not in the paper. Returns the keys loaded; ValueError when the
     shapes differ. Parameters of decoder attention variants (anything under ``.self_attn.`` /
     ``.encoder_attn.`` other than q/k/v/out_proj, e.g. ``gate_vector``) may be absent from the
-    source and keep their initialisation."""
+    source and keep their initialisation. ``expand_candidate_heads``: the q/k/v rows of selecting
+    decoder self-attention layers are tiled from the source's H heads to the target's H' candidates,
+    as :func:`load_encoder` does (:func:`_tiled_decoder_state`)."""
     if "model" in state_dict and isinstance(state_dict["model"], dict):
         state_dict = state_dict["model"]
+    if expand_candidate_heads:
+        state_dict = _tiled_decoder_state(model, state_dict)
     target = model.decoder.state_dict()
     wanted = [k for k in target if k.startswith(("layers.", "layer_norm."))]
     src = {k: state_dict[f"decoder.{k}"] for k in wanted if f"decoder.{k}" in state_dict}
@@ -202,3 +207,19 @@ def load_decoder_layers(model: S2TTransformer, state_dict: dict[str, Tensor]) ->
         raise ValueError("decoder state dict does not match: " + "; ".join(errors))
     model.decoder.load_state_dict(src, strict=False)
     return sorted(src)
+
+
+def _tiled_decoder_state(model: S2TTransformer, source: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The source's decoder entries with the q/k/v rows of selecting decoder self-attention layers
+    tiled to the target's H' candidate heads (candidate j <- source head j mod H), as the encoder's
+    ``expand_candidate_heads`` does."""
+    target = model.state_dict()
+    out = dict(source)
+    for key, val in source.items():
+        if not key.startswith("decoder.") or ".self_attn." not in key or key not in target:
+            continue
+        tgt = target[key]
+        if (tgt.shape != val.shape and tgt.dim() == val.dim() and tgt.shape[1:] == val.shape[1:]
+                and tgt.shape[0] % val.shape[0] == 0):
+            out[key] = val.repeat(tgt.shape[0] // val.shape[0], *([1] * (val.dim() - 1)))
+    return out

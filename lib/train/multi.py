@@ -98,22 +98,6 @@ def model_overrides(p: Params, system: str, tasks: int) -> dict[str, Any]:
     return {"encoder_attention": enc, **{k: v for k, v in dec.items() if v is not None}}
 
 
-def _tiled_decoder_state(model: S2TTransformer, source: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The source's decoder entries with the q/k/v rows of selecting decoder self-attention layers
-    tiled to the target's H' candidate heads (candidate j <- source head j mod H), as the encoder's
-    ``expand_candidate_heads`` does."""
-    target = model.state_dict()
-    out = dict(source)
-    for key, val in source.items():
-        if not key.startswith("decoder.") or ".self_attn." not in key or key not in target:
-            continue
-        tgt = target[key]
-        if (tgt.shape != val.shape and tgt.dim() == val.dim() and tgt.shape[1:] == val.shape[1:]
-                and tgt.shape[0] % val.shape[0] == 0):
-            out[key] = val.repeat(tgt.shape[0] // val.shape[0], *([1] * (val.dim() - 1)))
-    return out
-
-
 def _selection_changed(init: dict, final: dict, sides: list[str] | None = None) -> float | None:
     """Share of (side, task, layer) whose eval selection (as a set of candidates) differs between init
     and the end; ``sides`` restricts to those sides. None without any selecting layer."""
@@ -229,7 +213,7 @@ class MultilingualTask(RunTask):
         state = ckpt.load(self.init_path)["model"]
         report = model_file.load_encoder(model, state, expand_candidate_heads=self.selecting)
         if cfg.init_decoder:
-            model_file.load_decoder_layers(model, _tiled_decoder_state(model, state) if self.selecting else state)
+            model_file.load_decoder_layers(model, state, expand_candidate_heads=self.selecting)
         if rank == 0 and (report.missing or getattr(report, "expanded", None)):
             print(f"init from {self.init_path}: tiled to candidate heads: {len(getattr(report, 'expanded', []))} "
                   f"tensors; kept at initialisation: {', '.join(report.missing) or 'nothing'}", file=sys.stderr)

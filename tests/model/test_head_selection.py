@@ -892,8 +892,6 @@ def test_module_spec_keys() -> None:
 def _asr_and_tiled(strategy: str, estimator: str) -> tuple[S2TTransformer, S2TTransformer]:
     """A plain float64 model (the ASR) and a head-selecting one (both sides) at its initialisation,
     loaded from it as train_multi does (tiled candidates, the decoder's layers too)."""
-    from lib.train.multi import _tiled_decoder_state
-
     torch.manual_seed(0)
     asr = S2TTransformer(_cfg(enc=None, dec=None)).to(F64).eval()
     spec = {"type": "head_select", "strategy": strategy, "candidates": 8, "tasks": T, "estimator": estimator}
@@ -902,7 +900,7 @@ def _asr_and_tiled(strategy: str, estimator: str) -> tuple[S2TTransformer, S2TTr
     torch.manual_seed(3)
     st = S2TTransformer(cfg).to(F64)  # the logits at their own initialisation (not _model's random ones)
     load_encoder(st, asr.state_dict(), expand_candidate_heads=True)
-    load_decoder_layers(st, _tiled_decoder_state(st, asr.state_dict()))
+    load_decoder_layers(st, asr.state_dict(), expand_candidate_heads=True)
     # the rest of the decoder (embeddings, output projection) too: the whole model is the ASR model's
     target = st.state_dict()
     st.load_state_dict({k: v for k, v in asr.state_dict().items() if k.startswith("decoder.")
