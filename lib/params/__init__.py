@@ -50,6 +50,7 @@ from lib.params.sections import (  # noqa: F401 (re-exported: one import path fo
     EfficiencyParams,
 )
 from lib.params.variants import (  # noqa: F401 (re-exported: one import path for every section)
+    SELECTION_SYSTEMS,
     SMOOTHING_SYSTEM_NAME,
     _default_smoothing_defs,
     SmoothingParams,
@@ -156,7 +157,7 @@ class Params:
         hs = asdict(self.multi.head_selection)
         hs.pop("subset_init_lead")  # set on the built model, not part of the layer spec
         for system in self.multi.systems:
-            if system in ("subset", "group"):  # the systems that select heads (lib.train.multi)
+            if system in SELECTION_SYSTEMS:
                 try:
                     head_selection_options_from({**hs, "strategy": system}, n_heads=n_heads, tasks=len(self.pairs))
                 except ValueError as e:

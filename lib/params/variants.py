@@ -136,6 +136,7 @@ class ControlsParams:
 
 
 MULTI_SYSTEMS = ("baseline", "subset", "group", "baseline_h8")
+SELECTION_SYSTEMS = ("subset", "group")  # the multi.systems that select heads (multi.head_selection)
 HEAD_SELECTION_SIDES = ("encoder_self", "decoder_self")
 
 

@@ -45,12 +45,11 @@ from lib.model.attention.head_selection import set_subset_lead
 from lib.model import checkpoint as model_file
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import Params
+from lib.params.variants import SELECTION_SYSTEMS
 from lib.train import checkpoint as ckpt
 from lib.train.loop import OPTIMIZER
 from lib.train.head_selection import HeadSelectionTraining
 from lib.train.run import RunTask, execute, file_digest
-
-SELECTION_SYSTEMS = ("subset", "group")
 
 
 class PairView:
