@@ -77,8 +77,9 @@ def cpu_trains_faster_in_bf16() -> bool:
 
 def resolve_amp(amp: str, device: torch.device) -> str:
     """The precision a run decodes in: ``auto`` (and ``probe``) -> ``bf16`` on a CUDA device that computes it
-    natively (compute capability 8.0 or later; fp32, with TF32, on older cards) or on a CPU with native bf16 (:func:`cpu_has_bf16`), else ``none``; other values are returned unchanged
-    (``fp16`` on CPU is refused: autocast has no fp16 CPU kernels worth using)."""
+    natively (compute capability 8.0 or later; fp32, with TF32, on older cards) or on a CPU with native
+    bf16 (:func:`cpu_has_bf16`), else ``none``; other values are returned unchanged (``fp16`` on CPU is
+    refused: autocast has no fp16 CPU kernels worth using)."""
     if amp not in AMP_MODES:
         raise ValueError(f"amp must be one of {list(AMP_MODES)}, got {amp!r}")
     if amp == "fp16" and device.type != "cuda":
