@@ -59,17 +59,17 @@ def run(strategy: str, estimator: str, lr: float, seed: int, *, change: bool, up
     torch.manual_seed(seed)
     m = build_attention({"type": "head_select", "strategy": strategy, "candidates": CAND, "tasks": TASKS,
                          "estimator": estimator}, D, H, 0.0)
-    init = m.eval_selection().clone()
+    init = m.selector.eval_selection().clone()
     want = teacher_selection(init, strategy, change, torch.Generator().manual_seed(1000 + seed))
     teacher = build_attention({"type": "head_select", "strategy": strategy, "candidates": CAND, "tasks": TASKS},
                               D, H, 0.0).eval()
     teacher.load_state_dict(m.state_dict())
     with torch.no_grad():  # the teacher's logits select `want`: +5 on it, -5 elsewhere
-        teacher.head_logits.fill_(-5.0).scatter_(1, want, 5.0)
-    assert torch.equal(teacher.eval_selection().sort(dim=-1).values, want)
+        teacher.selector.head_logits.fill_(-5.0).scatter_(1, want, 5.0)
+    assert torch.equal(teacher.selector.eval_selection().sort(dim=-1).values, want)
     for name, p in m.named_parameters():
-        p.requires_grad_(name == "head_logits")
-    opt = torch.optim.Adam([m.head_logits], lr=lr, betas=(0.9, 0.98))
+        p.requires_grad_(name == "selector.head_logits")
+    opt = torch.optim.Adam([m.selector.head_logits], lr=lr, betas=(0.9, 0.98))
     m.train()
     gen = torch.Generator().manual_seed(seed)
     for u in range(updates):
@@ -85,7 +85,7 @@ def run(strategy: str, estimator: str, lr: float, seed: int, *, change: bool, up
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    final = m.eval_selection()
+    final = m.selector.eval_selection()
     right = found = moved = new = 0
     for t in range(TASKS):  # as sets: a subset's slots may collide
         f, w, i = set(final[t].tolist()), set(want[t].tolist()), set(init[t].tolist())

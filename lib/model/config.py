@@ -311,7 +311,7 @@ HEAD_SELECTION_STRATEGIES = ("subset", "group")
 #: Gradient estimators of the selection (docs/variants.md): ``paper`` = the paper's Gumbel-sigmoid with
 #: the straight-through weights of the selected heads only; ``gumbel`` = a straight-through
 #: Gumbel-softmax over each group (group) or over all candidates (subset) whose backward pass compares
-#: every candidate with the one selected (lib.model.attention.HeadSelection).
+#: every candidate with the one selected (lib.model.attention.HeadSelector).
 HEAD_SELECTION_ESTIMATORS = ("paper", "gumbel")
 
 

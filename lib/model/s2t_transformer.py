@@ -536,53 +536,18 @@ class S2TTransformer(nn.Module):
     # -- head selection (docs/variants.md) ------------------------------------------
 
     def head_selection_layers(self) -> dict[str, list[tuple[int, nn.Module]]]:
-        """The head-selecting attention modules per side, ``{"encoder": [(layer, module), ...],
-        "decoder": [...]}`` (1-based layer numbers; a side without any is left out, so an empty dict
-        means the model selects no heads). A module selects heads when it says so (``selects_heads``,
-        lib.model.attention.head_selection.HeadSelection): this module never imports the variant."""
+        """The head selectors of the self-attention layers per side, ``{"encoder": [(layer, selector),
+        ...], "decoder": [...]}`` (1-based layer numbers; a side without any is left out, so an empty
+        dict means the model selects no heads). A layer's attention selects heads when it holds a
+        selector (``selector``, lib.model.attention.head_selection.HeadSelector): this module never
+        imports the variant. What a run makes of them (KL weights, selection.json) is
+        lib/train/head_selection.py's."""
         sides = {
-            "encoder": [(i + 1, layer.self_attn) for i, layer in enumerate(self.encoder.layers)
-                        if getattr(layer.self_attn, "selects_heads", False)],
-            "decoder": [(i + 1, layer.self_attn) for i, layer in enumerate(self.decoder.layers)
-                        if getattr(layer.self_attn, "selects_heads", False)],
+            "encoder": [(i + 1, getattr(layer.self_attn, "selector", None)) for i, layer in enumerate(self.encoder.layers)],
+            "decoder": [(i + 1, getattr(layer.self_attn, "selector", None)) for i, layer in enumerate(self.decoder.layers)],
         }
-        return {side: mods for side, mods in sides.items() if mods}
-
-    def head_selection_kl_per_task(self) -> dict[str, Tensor]:
-        """K_t per side: (tasks,) the Bernoulli KL of σ(φ) to the prior H / H', averaged over that
-        side's selecting layers and their H' candidates (docs/variants.md)."""
-        return {side: torch.cat([m.kl() for _, m in mods], dim=1).mean(dim=1)
-                for side, mods in self.head_selection_layers().items()}
-
-    def elbo_kl_weights(self, train_tokens_per_task: Sequence[int]) -> dict[str, list[float]]:
-        """λ_{side,t} = C_s / N_t (``kl_weight: elbo``, reading B4): with C_s the number of selection
-        logits of side s per task (Σ over its selecting layers of H'; L_s · H') and N_t the train
-        target tokens of task t, summing λ n_t K_t over an epoch gives C_s K_t = Σ_{l,h} KL, the
-        seed's Eq. 3 (one KL per task for the whole data set)."""
-        out: dict[str, list[float]] = {}
-        for side, mods in self.head_selection_layers().items():
-            tasks = mods[0][1].tasks
-            if len(train_tokens_per_task) != tasks:
-                raise ValueError(f"elbo_kl_weights: {len(train_tokens_per_task)} token counts for {tasks} tasks")
-            if any(n <= 0 for n in train_tokens_per_task):
-                raise ValueError(f"elbo_kl_weights: token counts must be positive, got {list(train_tokens_per_task)}")
-            logits = sum(m.candidates for _, m in mods)
-            out[side] = [logits / n for n in train_tokens_per_task]
-        return out
-
-    def head_selections(self) -> dict[str, dict[str, list]]:
-        """Evaluation selections and logits per side, JSON-ready: ``{side: {"layers": [l, ...],
-        "selected": [task][layer index] -> [candidate, ...] (slot order), "head_logits": [task][layer
-        index] -> [φ_h, ...]}}`` (selection.json of the pipeline, docs/variants.md)."""
-        out: dict[str, dict[str, list]] = {}
-        for side, mods in self.head_selection_layers().items():
-            sel = [m.eval_selection().tolist() for _, m in mods]  # [layer][task][slot]
-            phi = [m.head_logits.detach().cpu().tolist() for _, m in mods]  # [layer][task][candidate]
-            tasks = mods[0][1].tasks
-            out[side] = {"layers": [layer for layer, _ in mods],
-                         "selected": [[s[t] for s in sel] for t in range(tasks)],
-                         "head_logits": [[p[t] for p in phi] for t in range(tasks)]}
-        return out
+        return {side: kept for side, mods in sides.items()
+                if (kept := [(i, m) for i, m in mods if getattr(m, "selects_heads", False)])}
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -1,6 +1,6 @@
 """The training loss as one module: :class:`Criterion` (the model plus its loss). It owns every loss
-term: label-smoothed CE, CTC, and head selection's KL (:func:`head_selection_kl_term`, from the
-modules' per-task KL, computed once per batch).
+term: label-smoothed CE, CTC, and head selection's KL (:func:`head_selection_kl_term`, collected from
+the model's head selectors by :func:`selection_kl_per_task`, once per batch).
 
 Kept apart from the training loop (lib/train/loop.py, which re-exports it) so that the ``amp: probe``
 probe of lib/train/precision.py, which times training steps, can build it without importing the loop.
@@ -16,7 +16,7 @@ from torch import nn
 from lib.data.dataset import BOS_ID, PAD_ID, Batch
 from lib.train.objectives import ctc_loss, token_loss
 
-__all__ = ["Criterion", "HostCounts"]
+__all__ = ["Criterion", "HostCounts", "head_selection_kl_term", "head_selectors", "selection_kl_per_task"]
 
 
 @dataclass(frozen=True)
@@ -33,15 +33,34 @@ class HostCounts:
         return HostCounts([int(x) for x in batch.feat_lengths.tolist()], int(batch.target_lengths.sum()))
 
 
+def head_selectors(model: nn.Module) -> dict[str, list[nn.Module]]:
+    """The head selectors of ``model`` (modules that say ``selects_heads``, with a ``kl()`` of (tasks, H'),
+    lib.model.attention.head_selection.HeadSelector) per side, the model's top-level module they sit in
+    (``encoder`` / ``decoder``), in module order. Found by that mark, so the criterion never imports the
+    variant; empty for a model without head selection."""
+    sides: dict[str, list[nn.Module]] = {}
+    for name, m in model.named_modules():
+        if getattr(m, "selects_heads", False):
+            sides.setdefault(name.split(".", 1)[0], []).append(m)
+    return sides
+
+
+def selection_kl_per_task(selectors: Mapping[str, Sequence[nn.Module]]) -> dict[str, torch.Tensor]:
+    """K_t per side, (tasks,): the Bernoulli KL of σ(φ) to the prior H / H' (docs/variants.md), averaged
+    over the side's ``selectors`` (:func:`head_selectors`) and their H' candidates."""
+    return {side: torch.cat([m.kl() for m in mods], dim=1).mean(dim=1) for side, mods in selectors.items()}
+
+
 def head_selection_kl_term(per_task: dict[str, torch.Tensor], task: torch.Tensor, n_tokens: torch.Tensor,
                            weight: float | Mapping[str, float | Sequence[float] | torch.Tensor] = 1.0) -> torch.Tensor:
     """The head-selection KL term of one batch: Σ_side Σ_t λ_{side,t} · n_t · K_t^side (docs/variants.md),
-    from ``per_task`` = ``{side: K_t (tasks,)}`` (``S2TTransformer.head_selection_kl_per_task``); n_t the
+    from ``per_task`` = ``{side: K_t (tasks,)}`` (:func:`selection_kl_per_task`); n_t the
     target tokens (eos included) of the batch's samples of task t (fairseq's per-task token weighting;
     the loop divides the update's summed loss by its token count as for the CE).
 
     ``task`` (B,) long, ``n_tokens`` (B,) target lengths. ``weight`` λ: a float for every side and task,
-    or ``{side: float | (tasks,) per task}`` for both sides (e.g. from ``elbo_kl_weights``). A model
+    or ``{side: float | (tasks,) per task}`` for both sides (e.g. from
+    ``lib.train.head_selection.elbo_kl_weights``). A model
     without head selection (``per_task`` empty) gives 0."""
     if not per_task:
         return torch.zeros((), device=n_tokens.device)
@@ -81,8 +100,8 @@ class Criterion(nn.Module):
         # the CE's path (lib.train.objectives.token_loss): None = over the real tokens in fp32 chunks on
         # CUDA, the whole-logits reference elsewhere; True / False force one (the tests compare them)
         self.nonpad_loss: bool | None = None
-        layers = getattr(model, "head_selection_layers", None)
-        self.head_selection = bool(layers()) if callable(layers) else False
+        self.selectors = head_selectors(model)  # the modules whose KL is a loss term
+        self.head_selection = bool(self.selectors)
 
     def forward(self, batch: Batch, host: HostCounts | None = None) -> tuple[torch.Tensor, dict]:
         """Summed loss of one batch: label-smoothed CE (+ ctc_weight * CTC) (+ λ KL), and its parts.
@@ -112,7 +131,7 @@ class Criterion(nn.Module):
         if self.head_selection:
             if batch.task is None:
                 raise ValueError("a head-selection model needs task ids in its batches (Batch.task)")
-            per_task = self.model.head_selection_kl_per_task()  # the modules' KL: computed once per batch
+            per_task = selection_kl_per_task(self.selectors)  # the modules' KL: computed once per batch
             parts["kl"] = head_selection_kl_term(per_task, batch.task, batch.target_lengths).detach()
             if isinstance(self.kl_weight, dict) or self.kl_weight != 0:
                 loss = loss + head_selection_kl_term(per_task, batch.task, batch.target_lengths, self.kl_weight)

@@ -1,8 +1,10 @@
 """Head selection's training terms (Gong et al. 2021; docs/variants.md): the τ and noise schedules and
 what the run hands the loop for them: a per-update hook (fairseq's ``set_num_updates``) and the KL
-weight for the criterion. Imported by the runs that select heads only (lib/train/multi.py)."""
+weight for the criterion (:func:`elbo_kl_weights`), and the selections a run writes
+(:func:`head_selections`). Imported by the runs that select heads only (lib/train/multi.py)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import nn
@@ -41,7 +43,7 @@ class HeadSelectionTraining:
     """What the training loop needs for head-selection models (docs/variants.md): the τ
     schedule (:func:`head_selection_tau`), the ``gumbel`` estimator's noise schedule
     (:func:`head_selection_noise`; the default 1.0 -> 1.0 is constant unit noise) and the KL weight λ, a float for every side and task or
-    ``{side: [λ per task]}`` (``S2TTransformer.elbo_kl_weights`` for ``kl_weight: elbo``). Default λ
+    ``{side: [λ per task]}`` (:func:`elbo_kl_weights` for ``kl_weight: elbo``). Default λ
     0: the KL is computed and logged (``train/kl``) but not optimised, as in the paper's recipe."""
 
     tau_start: float = 5.0
@@ -63,3 +65,35 @@ class HeadSelectionTraining:
         The loop calls it before each update through ``train(update_hooks=...)``."""
         set_head_selection_tau(model, self.tau(update))
         set_head_selection_noise(model, self.noise(update))
+
+
+def elbo_kl_weights(model: nn.Module, train_tokens_per_task: Sequence[int]) -> dict[str, list[float]]:
+    """λ_{side,t} = C_s / N_t (``kl_weight: elbo``, reading B4): with C_s the number of selection
+    logits of side s per task (Σ over its selecting layers of H'; L_s · H') and N_t the train
+    target tokens of task t, summing λ n_t K_t over an epoch gives C_s K_t = Σ_{l,h} KL, the
+    seed's Eq. 3 (one KL per task for the whole data set). ``model``: an S2TTransformer."""
+    out: dict[str, list[float]] = {}
+    for side, mods in model.head_selection_layers().items():
+        tasks = mods[0][1].tasks
+        if len(train_tokens_per_task) != tasks:
+            raise ValueError(f"elbo_kl_weights: {len(train_tokens_per_task)} token counts for {tasks} tasks")
+        if any(n <= 0 for n in train_tokens_per_task):
+            raise ValueError(f"elbo_kl_weights: token counts must be positive, got {list(train_tokens_per_task)}")
+        logits = sum(m.candidates for _, m in mods)
+        out[side] = [logits / n for n in train_tokens_per_task]
+    return out
+
+
+def head_selections(model: nn.Module) -> dict[str, dict[str, list]]:
+    """Evaluation selections and logits per side of an S2TTransformer, JSON-ready: ``{side: {"layers":
+    [l, ...], "selected": [task][layer index] -> [candidate, ...] (slot order), "head_logits": [task][layer
+    index] -> [φ_h, ...]}}`` (selection.json of the pipeline, docs/variants.md)."""
+    out: dict[str, dict[str, list]] = {}
+    for side, mods in model.head_selection_layers().items():
+        sel = [m.eval_selection().tolist() for _, m in mods]  # [layer][task][slot]
+        phi = [m.head_logits.detach().cpu().tolist() for _, m in mods]  # [layer][task][candidate]
+        tasks = mods[0][1].tasks
+        out[side] = {"layers": [layer for layer, _ in mods],
+                     "selected": [[s[t] for s in sel] for t in range(tasks)],
+                     "head_logits": [[p[t] for p in phi] for t in range(tasks)]}
+    return out

@@ -48,7 +48,7 @@ from lib.params import Params
 from lib.params.variants import SELECTION_SYSTEMS
 from lib.train import checkpoint as ckpt
 from lib.train.loop import OPTIMIZER
-from lib.train.head_selection import HeadSelectionTraining
+from lib.train.head_selection import HeadSelectionTraining, elbo_kl_weights, head_selections
 from lib.train.run import RunTask, execute, file_digest
 
 
@@ -121,7 +121,7 @@ def _logit_movement(init: dict, final: dict, sides: list[str] | None = None) -> 
 
 
 def movement_metrics(init: dict, final: dict) -> dict[str, Any]:
-    """What moved between two :meth:`S2TTransformer.head_selections` (selection.json's ``init`` and
+    """What moved between two :func:`lib.train.head_selection.head_selections` (selection.json's ``init`` and
     ``final``): ``selection_changed_fraction`` and ``head_logits_mean_abs_change`` over both sides, and
     per side under ``movement`` (``{side: {"changed": share, "mean_abs_dphi": mean}}``)."""
     return {"selection_changed_fraction": _selection_changed(init, final),
@@ -216,12 +216,12 @@ class MultilingualTask(RunTask):
         if rank == 0 and (report.missing or getattr(report, "expanded", None)):
             print(f"init from {self.init_path}: tiled to candidate heads: {len(getattr(report, 'expanded', []))} "
                   f"tensors; kept at initialisation: {', '.join(report.missing) or 'nothing'}", file=sys.stderr)
-        self.init_selection = model.head_selections()
+        self.init_selection = head_selections(model)
 
         self.hst = None
         if self.selecting:
             kl_weight: float | dict = hs.kl_weight if not isinstance(hs.kl_weight, str) else \
-                model.elbo_kl_weights([sum(len(t) for t, k in zip(train_ds.targets, train_ds.task_ids) if k == task)
+                elbo_kl_weights(model, [sum(len(t) for t, k in zip(train_ds.targets, train_ds.task_ids) if k == task)
                                        for task in range(len(pairs))])
             gumbel = hs.estimator == "gumbel"
             self.hst = HeadSelectionTraining(tau_start=hs.tau_start, tau_end=hs.tau_end, anneal_updates=self.anneal,
@@ -281,7 +281,7 @@ class MultilingualTask(RunTask):
 
     def metrics(self, decoded: Any, summary: dict[str, Any], amp: str, decode_amp: str, threads: int) -> dict[str, Any]:
         pairs = self.pairs
-        self.final_selection = self.model.head_selections()
+        self.final_selection = head_selections(self.model)
         atomic_write_json(self.paths.decoded / "selection.json", {"init": self.init_selection, "final": self.final_selection})
         return {
             **decoded,

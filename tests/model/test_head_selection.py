@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from lib.data.dataset import EOS_ID, PAD_ID, Batch, collate
 from lib.decode.beam_search import BeamSearchConfig, beam_search, greedy_search
-from lib.train.criterion import head_selection_kl_term
+from lib.train.criterion import head_selection_kl_term, head_selectors, selection_kl_per_task
 from lib.model.checkpoint import load_decoder_layers, load_encoder
 from lib.model.attention import (
     FullAttention,
@@ -43,7 +43,7 @@ from lib.model.s2t_transformer import (
 from lib.model.attention import HeadSelectionMultiheadAttention
 from lib.model.spec import decoder_head_selection_spec, head_selection_spec, local_attention_spec
 from lib.train.loop import Criterion
-from lib.train.head_selection import HeadSelectionTraining, head_selection_tau
+from lib.train.head_selection import HeadSelectionTraining, elbo_kl_weights, head_selection_tau, head_selections
 
 D, H = 16, 4
 DH = D // H
@@ -60,7 +60,7 @@ def _module(strategy: str = "group", candidates: int = 8, *, tasks: int = T, win
     torch.manual_seed(seed)
     m = build_attention(spec, D, H, 0.0).to(F64)
     with torch.no_grad():
-        m.head_logits.copy_(2.0 * torch.randn(m.head_logits.shape, dtype=F64))
+        m.selector.head_logits.copy_(2.0 * torch.randn(m.selector.head_logits.shape, dtype=F64))
     return m.train(train)
 
 
@@ -149,19 +149,19 @@ def test_group_selects_one_head_from_each_strided_group(candidates: int) -> None
 @pytest.mark.parametrize("strategy", ["subset", "group"])
 def test_module_eval_selection_is_deterministic_and_follows_the_logits(strategy: str) -> None:
     m = _module(strategy)
-    first = m.eval_selection()
-    assert torch.equal(first, select_heads(m.head_logits.detach(), H, strategy))
+    first = m.selector.eval_selection()
+    assert torch.equal(first, select_heads(m.selector.head_logits.detach(), H, strategy))
     x, mask = _batch([5, 3], 5)
     task = torch.tensor([0, 2])
     with torch.no_grad():
         out1 = m(x, mask, task=task).out
         out2 = m(x, mask, task=task).out
     assert torch.equal(out1, out2)  # no noise at evaluation
-    assert torch.equal(m.eval_selection(), first)
+    assert torch.equal(m.selector.eval_selection(), first)
     # in training, every draw still has the exact counts
     m.train()
     for _ in range(20):
-        idx, w = m.sample()
+        idx, w = m.selector.sample()
         assert idx.shape == (T, H) and torch.equal(w, torch.ones_like(w))
         if strategy == "subset":
             assert all(r == sorted(set(r), key=lambda c: (c % H, c)) for r in idx.tolist())
@@ -180,15 +180,15 @@ def test_sampling_is_seeded_one_draw_per_task_and_head_per_forward() -> None:
     task = torch.tensor([0, 1])
     torch.manual_seed(5)
     m(x, mask, task=task)
-    first = m.last_selection.clone()
+    first = m.selector.last_selection.clone()
     # the forward pass draws ε (tasks, H') once from the global RNG, and selects by rank of φ + ε
     torch.manual_seed(5)
     eps = logistic_noise((T, 8), device=torch.device("cpu"), dtype=F64)
-    assert torch.equal(first, select_heads(m.head_logits.detach() + eps, H, "subset"))
+    assert torch.equal(first, select_heads(m.selector.head_logits.detach() + eps, H, "subset"))
     torch.manual_seed(5)
     m(x, mask, task=task)
-    assert torch.equal(m.last_selection, first)  # seeded u reproduces
-    draws = {tuple(m.sample()[0].flatten().tolist()) for _ in range(30)}
+    assert torch.equal(m.selector.last_selection, first)  # seeded u reproduces
+    draws = {tuple(m.selector.sample()[0].flatten().tolist()) for _ in range(30)}
     assert len(draws) > 1  # and unseeded draws differ
 
 
@@ -200,8 +200,8 @@ def test_sampled_selection_is_tau_invariant(strategy: str) -> None:
         eps = logistic_noise((T, 8), device=torch.device("cpu"), dtype=F64)
         picks = []
         for tau in (0.5, 1.0, 5.0):
-            m.tau = tau
-            picks.append(m.sample(noise=eps)[0])
+            m.selector.tau = tau
+            picks.append(m.selector.sample(noise=eps)[0])
         assert torch.equal(picks[0], picks[1]) and torch.equal(picks[0], picks[2])
 
 
@@ -213,11 +213,11 @@ def test_large_logit_gaps_make_training_selection_the_eval_selection(strategy: s
         member = torch.randint(0, 2, (T, H), generator=g)
         phi = torch.full((T, 8), -50.0, dtype=F64)
         phi.scatter_(1, member * H + torch.arange(H), 50.0)
-        m.head_logits.copy_(phi)
-    want = m.eval_selection()
+        m.selector.head_logits.copy_(phi)
+    want = m.selector.eval_selection()
     torch.manual_seed(0)
     for _ in range(100):
-        assert torch.equal(m.sample()[0], want)
+        assert torch.equal(m.selector.sample()[0], want)
 
 
 # ----------------------------------------------------------------------------------------
@@ -228,21 +228,21 @@ def test_large_logit_gaps_make_training_selection_the_eval_selection(strategy: s
 @pytest.mark.parametrize("strategy", ["subset", "group"])
 def test_straight_through_values_and_gradients(strategy: str) -> None:
     m = _module(strategy, train=True)
-    m.tau = 2.0
+    m.selector.tau = 2.0
     x, mask = _batch([5, 4, 5], 5)
     task = torch.tensor([2, 0, 2])
     target = torch.randn(3, 5, D, generator=torch.Generator().manual_seed(9), dtype=F64)
 
     torch.manual_seed(11)
     eps = logistic_noise((T, 8), device=torch.device("cpu"), dtype=F64)
-    idx, w = m.sample(noise=eps)
+    idx, w = m.selector.sample(noise=eps)
     assert torch.equal(w, torch.ones_like(w))  # forward value exactly 1.0
 
     torch.manual_seed(11)  # the module's own draw is the same ε
     loss = (m(x, mask, task=task).out * target).sum()
-    assert torch.equal(m.last_selection, idx)
+    assert torch.equal(m.selector.last_selection, idx)
     loss.backward()
-    auto = m.head_logits.grad.clone()
+    auto = m.selector.head_logits.grad.clone()
 
     # manual: the same forward with the weights as a leaf of ones, ∂L/∂w by autograd, then the chain rule
     with torch.no_grad():
@@ -251,10 +251,10 @@ def test_straight_through_values_and_gradients(strategy: str) -> None:
     gather = lambda t: t.gather(1, sel[:, :, None, None].expand(-1, -1, t.shape[2], DH))  # noqa: E731
     wleaf = torch.ones(T, H, dtype=F64, requires_grad=True)
     ctx, _ = FullAttention.attend(m, gather(q), gather(k), gather(v), mask)
-    out = m.out_proj(m._merge(m.slot_merge(ctx * wleaf[task][:, :, None, None], sel)))  # subset: slots c mod H
+    out = m.out_proj(m._merge(m.selector.slot_merge(ctx * wleaf[task][:, :, None, None], sel)))  # subset: slots c mod H
     (out * target).sum().backward()
-    s = torch.sigmoid((m.head_logits.detach() + eps) / m.tau)
-    manual = torch.zeros(T, 8, dtype=F64).scatter(1, idx, (s * (1 - s) / m.tau).gather(1, idx) * wleaf.grad)
+    s = torch.sigmoid((m.selector.head_logits.detach() + eps) / m.selector.tau)
+    manual = torch.zeros(T, 8, dtype=F64).scatter(1, idx, (s * (1 - s) / m.selector.tau).gather(1, idx) * wleaf.grad)
     torch.testing.assert_close(auto, manual, rtol=1e-10, atol=1e-12)
     unselected = torch.ones(T, 8, dtype=torch.bool).scatter(1, idx, False)
     assert torch.equal(auto[unselected], torch.zeros_like(auto[unselected]))
@@ -275,7 +275,7 @@ def test_no_selection_equals_plain_attention(strategy: str, window: int | None, 
     m = _module(strategy, candidates=H, window=window, train=train)
     plain = FullAttention(D, H, 0.0) if window is None else LocalAttention(D, H, 0.0, window=window)
     missing, unexpected = plain.load_state_dict(m.state_dict(), strict=False)
-    assert unexpected == ["head_logits"] and not missing
+    assert unexpected == ["selector.head_logits"] and not missing
     plain = plain.to(F64).train(train)
     x, mask = _batch([6, 4], 6)
     task = torch.tensor([1, 2])
@@ -283,7 +283,7 @@ def test_no_selection_equals_plain_attention(strategy: str, window: int | None, 
     valid = ~mask
     torch.testing.assert_close(a.out[valid], b.out[valid], rtol=0, atol=1e-6)
     torch.testing.assert_close(a.weights, b.weights, rtol=0, atol=1e-6)
-    assert torch.equal(m.kl(), torch.zeros(T, H, dtype=F64))  # π = 1: nothing to learn
+    assert torch.equal(m.selector.kl(), torch.zeros(T, H, dtype=F64))  # π = 1: nothing to learn
 
 
 # ----------------------------------------------------------------------------------------
@@ -344,15 +344,15 @@ def test_kl_by_hand() -> None:
     assert float(bernoulli_kl(torch.tensor(math.log(3.0), dtype=F64), 0.5)) == pytest.approx(want, abs=1e-12)
     # the module's prior is H / H' (B2): 4 of 8 -> π = 0.5
     m = _module(candidates=8)
-    assert m.prior == 0.5
+    assert m.selector.prior == 0.5
     with torch.no_grad():
-        m.head_logits.fill_(math.log(3.0))
-    torch.testing.assert_close(m.kl(), torch.full((T, 8), want, dtype=F64))
+        m.selector.head_logits.fill_(math.log(3.0))
+    torch.testing.assert_close(m.selector.kl(), torch.full((T, 8), want, dtype=F64))
     # π = 1/4 by hand: q = σ(0) = 1/2 -> 0.5 ln 2 + 0.5 ln(2/3)
     m16 = _module(candidates=16)
     with torch.no_grad():
-        m16.head_logits.zero_()
-    torch.testing.assert_close(m16.kl(), torch.full((T, 16), 0.5 * math.log(2) + 0.5 * math.log(2 / 3), dtype=F64))
+        m16.selector.head_logits.zero_()
+    torch.testing.assert_close(m16.selector.kl(), torch.full((T, 16), 0.5 * math.log(2) + 0.5 * math.log(2 / 3), dtype=F64))
 
 
 def test_kl_batch_aggregation_equals_a_loop_over_samples_and_modules() -> None:
@@ -370,10 +370,14 @@ def test_kl_batch_aggregation_equals_a_loop_over_samples_and_modules() -> None:
             direct += lam[side][t] * int(n_tokens[b]) * k_t
             plain += 0.5 * int(n_tokens[b]) * k_t
     with torch.no_grad():
-        assert float(head_selection_kl_term(model.head_selection_kl_per_task(), task, n_tokens, weight=lam)) == pytest.approx(direct, rel=1e-12)
-        assert float(head_selection_kl_term(model.head_selection_kl_per_task(), task, n_tokens, weight=0.5)) == pytest.approx(plain, rel=1e-12)
+        per_task = selection_kl_per_task(head_selectors(model))  # the criterion's collection from the modules
+        assert float(head_selection_kl_term(per_task, task, n_tokens, weight=lam)) == pytest.approx(direct, rel=1e-12)
+        assert float(head_selection_kl_term(per_task, task, n_tokens, weight=0.5)) == pytest.approx(plain, rel=1e-12)
+    # it finds exactly the model's selectors, per side in layer order
+    assert {side: [id(m) for m in mods] for side, mods in head_selectors(model).items()} == \
+        {side: [id(m) for _, m in mods] for side, mods in sides.items()}
     # the ELBO weights C_s / N_t (B4): 2 layers x 8 candidates per side
-    assert model.elbo_kl_weights([100, 200, 400]) == {"encoder": [0.16, 0.08, 0.04], "decoder": [0.16, 0.08, 0.04]}
+    assert elbo_kl_weights(model, [100, 200, 400]) == {"encoder": [0.16, 0.08, 0.04], "decoder": [0.16, 0.08, 0.04]}
 
 
 def _fake_batch(task: Tensor | None) -> Batch:
@@ -391,16 +395,17 @@ def test_criterion_adds_the_weighted_kl_and_logs_it() -> None:
     loss0, parts0 = Criterion(model, 0.1, 0.0)(batch)
     torch.manual_seed(2)
     loss1, parts1 = Criterion(model, 0.1, 0.0, kl_weight=0.25)(batch)
-    kl = float(head_selection_kl_term(model.head_selection_kl_per_task(), batch.task, batch.target_lengths).detach())
+    kl = float(head_selection_kl_term(selection_kl_per_task(head_selectors(model)), batch.task,
+                                      batch.target_lengths).detach())
     assert parts0["kl"] == pytest.approx(kl, rel=1e-12) and parts1["kl"] == pytest.approx(kl, rel=1e-12)
     assert parts0["ce"] == parts1["ce"]
     assert float((loss1 - loss0).detach()) == pytest.approx(0.25 * kl, rel=1e-9)
     # the modules' KL is computed once per batch, for the logged part and the loss alike
     calls = []
-    per_task = model.head_selection_kl_per_task
-    model.head_selection_kl_per_task = lambda: calls.append(1) or per_task()
+    selector = model.encoder.layers[0].self_attn.selector
+    selector.kl = lambda: calls.append(1) or type(selector).kl(selector)
     Criterion(model, 0.1, 0.0, kl_weight=0.25)(batch)
-    del model.head_selection_kl_per_task
+    del selector.kl
     assert len(calls) == 1
     with pytest.raises(ValueError, match="task ids"):
         Criterion(model, 0.1, 0.0)(_fake_batch(None))
@@ -490,8 +495,8 @@ def test_pruned_cache_follows_the_weights() -> None:
         torch.testing.assert_close(a.encode(feats, lens, task=task).out, b.encode(feats, lens, task=task).out,
                                    rtol=0, atol=0)
     with torch.no_grad():
-        a.encoder.layers[0].self_attn.head_logits.add_(torch.randn(T, 8, dtype=F64))  # other heads selected
-        b.encoder.layers[0].self_attn.head_logits.copy_(a.encoder.layers[0].self_attn.head_logits)
+        a.encoder.layers[0].self_attn.selector.head_logits.add_(torch.randn(T, 8, dtype=F64))  # other heads selected
+        b.encoder.layers[0].self_attn.selector.head_logits.copy_(a.encoder.layers[0].self_attn.selector.head_logits)
         torch.testing.assert_close(a.encode(feats, lens, task=task).out, b.encode(feats, lens, task=task).out,
                                    rtol=0, atol=0)
     # with autograd recording, evaluation is differentiable into the selected rows
@@ -513,10 +518,29 @@ def test_checkpoint_round_trip_with_weights_only() -> None:
     with torch.no_grad():
         torch.testing.assert_close(again(feats, lens, prev, task=torch.tensor([1])),
                                    model(feats, lens, prev, task=torch.tensor([1])), rtol=0, atol=0)
-    assert again.head_selections() == model.head_selections()
-    sel = model.head_selections()
+    assert head_selections(again) == head_selections(model)
+    sel = head_selections(model)
     assert sel["encoder"]["layers"] == [1, 2] and len(sel["encoder"]["selected"]) == T
     assert all(len(layer) == H for task in sel["decoder"]["selected"] for layer in task)
+
+
+def test_the_selector_is_composed_and_checkpoints_of_before_still_load() -> None:
+    """Each selecting attention holds a HeadSelector module (``selector``) that owns φ. φ keeps the place
+    it had as the attention's own parameter, first among its parameters (the order of the optimizer's
+    state and of the gradient norm's sum of earlier runs), and a checkpoint written then
+    (``<attn>.head_logits``) loads, strictly, into ``<attn>.selector.head_logits``."""
+    from lib.model.attention import HeadSelector
+
+    model = _model(enc="subset", dec="group")
+    for attn in (model.encoder.layers[0].self_attn, model.decoder.layers[1].self_attn):
+        assert isinstance(attn.selector, HeadSelector)
+        assert [n for n, _ in attn.named_parameters()][:2] == ["selector.head_logits", "q_proj.weight"]
+    sd = model.state_dict()
+    before = {k.replace(".selector.head_logits", ".head_logits"): v for k, v in sd.items()}
+    assert len(before) == len(sd) and sum(k.endswith(".self_attn.head_logits") for k in before) == 4
+    again = S2TTransformer(model.cfg).to(F64)
+    again.load_state_dict(before)  # strict
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in sd.items())
 
 
 # ----------------------------------------------------------------------------------------
@@ -538,7 +562,7 @@ def test_tiled_asr_init_reproduces_the_asr_encoder(train: bool) -> None:
     report = load_encoder(st, state, expand_candidate_heads=True)
     assert report.expanded == sorted(f"layers.{i}.self_attn.{p}_proj.{t}" for i in range(2) for p in "qkv"
                                      for t in ("weight", "bias"))
-    assert set(report.missing) == {"layers.0.self_attn.head_logits", "layers.1.self_attn.head_logits"}
+    assert set(report.missing) == {"layers.0.self_attn.selector.head_logits", "layers.1.self_attn.selector.head_logits"}
     st.train(train)
     feats, lens = _feats([40, 31, 36])
     with torch.no_grad():
@@ -547,7 +571,7 @@ def test_tiled_asr_init_reproduces_the_asr_encoder(train: bool) -> None:
             torch.manual_seed(t)
             got = st.encode(feats, lens, task=torch.full((3,), t)).out
             torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
-        st.encoder.layers[0].self_attn.head_logits.normal_()  # any other group selection
+        st.encoder.layers[0].self_attn.selector.head_logits.normal_()  # any other group selection
         torch.testing.assert_close(st.encode(feats, lens, task=torch.tensor([0, 1, 2])).out, want, rtol=0, atol=1e-6)
 
 
@@ -724,7 +748,7 @@ def test_training_loop_sets_tau_and_logs_the_kl(tmp_path) -> None:
 
     torch.manual_seed(0)
     model = S2TTransformer(_cfg(enc="group", dec="subset"))
-    phi0 = model.encoder.layers[0].self_attn.head_logits.detach().clone()
+    phi0 = model.encoder.layers[0].self_attn.selector.head_logits.detach().clone()
     hs = HeadSelectionTraining(tau_start=5.0, tau_end=0.5, anneal_updates=4, kl_weight=0.1)
     cfg = TrainConfig(lr=1e-2, warmup_updates=1, max_updates=4, max_frames=200, update_freq=1, eval_every=2,
                       save_every=2, average_last=2, specaugment=False)
@@ -737,7 +761,7 @@ def test_training_loop_sets_tau_and_logs_the_kl(tmp_path) -> None:
     assert all(m.tau == pytest.approx(hs.tau(3)) for mods in model.head_selection_layers().values() for _, m in mods)
     kl = [v for _, name, v in live.rows if name == "train/kl"]
     assert len(kl) == 4 and all(v > 0 for v in kl)
-    assert not torch.equal(model.encoder.layers[0].self_attn.head_logits.detach(), phi0)  # φ is trained
+    assert not torch.equal(model.encoder.layers[0].self_attn.selector.head_logits.detach(), phi0)  # φ is trained
 
 
 @pytest.mark.parametrize("fold_update", ["on", "auto"])
@@ -784,7 +808,7 @@ def test_training_loop_with_the_gumbel_estimator_and_variant_lr(tmp_path) -> Non
     for mods in model.head_selection_layers().values():
         for _, m in mods:
             m.estimator = "gumbel"
-    phi0 = model.encoder.layers[0].self_attn.head_logits.detach().clone()
+    phi0 = model.encoder.layers[0].self_attn.selector.head_logits.detach().clone()
     hs = HeadSelectionTraining(anneal_updates=4, noise_start=1.0, noise_end=0.1)
     cfg = TrainConfig(lr=1e-3, warmup_updates=1, max_updates=4, max_frames=200, update_freq=1, eval_every=2,
                       save_every=2, average_last=2, specaugment=False, encoder_lr_scale=0.2, variant_lr=0.05)
@@ -793,7 +817,7 @@ def test_training_loop_with_the_gumbel_estimator_and_variant_lr(tmp_path) -> Non
     assert summary["updates"] == 4
     assert all(m.noise_scale == pytest.approx(hs.noise(3)) for mods in model.head_selection_layers().values()
                for _, m in mods)
-    moved = (model.encoder.layers[0].self_attn.head_logits.detach() - phi0).abs()
+    moved = (model.encoder.layers[0].self_attn.selector.head_logits.detach() - phi0).abs()
     # 4 Adam steps at <= 0.05 each (warm-up 1, then inverse_sqrt): far more than the encoder group's 0.2 x 1e-3
     assert float(moved.max()) > 4 * 0.2 * 1e-3 and float(moved.max()) <= 4 * 0.05 + 1e-6
 
@@ -979,8 +1003,8 @@ def test_subset_slots_follow_the_candidates_not_the_index_order() -> None:
     x, mask = _batch([5, 5], 5)
     task = torch.tensor([0, 0])
     with torch.no_grad():
-        m.head_logits.fill_(-5.0)
-        m.head_logits[0, [0, 4, 1, 2]] = 5.0  # candidates 0 and 4 both feed slot 0; slot 3 is empty
+        m.selector.head_logits.fill_(-5.0)
+        m.selector.head_logits[0, [0, 4, 1, 2]] = 5.0  # candidates 0 and 4 both feed slot 0; slot 3 is empty
         out = m(x, mask, task=task).out
         q, k, v = m._project(x)
         heads, _ = FullAttention.attend(m, q, k, v, mask)  # every candidate, (B, 8, N, dh)
@@ -996,21 +1020,21 @@ def test_gumbel_estimator_gradients_reach_unselected_candidates(strategy: str) -
     from lib.model.attention import gumbel_noise, relaxed_selection
 
     m = _module(strategy, train=True)
-    m.estimator, m.tau, m.noise_scale = "gumbel", 2.0, 0.5
+    m.selector.estimator, m.selector.tau, m.selector.noise_scale = "gumbel", 2.0, 0.5
     x, mask = _batch([5, 4, 5], 5)
     task = torch.tensor([2, 0, 1])
     target = torch.randn(3, 5, D, generator=torch.Generator().manual_seed(9), dtype=F64)
     torch.manual_seed(11)
     g = gumbel_noise((T, 8), device=torch.device("cpu"), dtype=F64)
-    idx, w = m.sample(noise=g)
+    idx, w = m.selector.sample(noise=g)
     hard = torch.zeros(T, 8, dtype=F64).scatter(1, idx, 1.0)
     assert torch.equal(w.detach(), hard)  # forward value exactly 0 / 1
-    assert torch.equal(idx, select_heads(m.head_logits.detach() + 0.5 * g, H, strategy))
+    assert torch.equal(idx, select_heads(m.selector.head_logits.detach() + 0.5 * g, H, strategy))
     torch.manual_seed(11)  # the module's own draw is the same g
     out = m(x, mask, task=task).out
-    assert torch.equal(m.last_selection, idx)
+    assert torch.equal(m.selector.last_selection, idx)
     (out * target).sum().backward()
-    auto = m.head_logits.grad.clone()
+    auto = m.selector.head_logits.grad.clone()
     # forward: what the selected heads alone compute, in their slots
     with torch.no_grad():
         q, k, v = m._project(x)
@@ -1022,7 +1046,7 @@ def test_gumbel_estimator_gradients_reach_unselected_candidates(strategy: str) -
     heads, _ = FullAttention.attend(m, q, k, v, mask)  # (B, 8, N, dh)
     slotted = merge_slots(heads * wleaf[task][:, :, None, None], candidate_slots(8, H), H)
     (m.out_proj(m._merge(slotted)) * target).sum().backward()
-    phi = m.head_logits.detach().clone().requires_grad_(True)
+    phi = m.selector.head_logits.detach().clone().requires_grad_(True)
     y = relaxed_selection((phi + 0.5 * g) / 2.0, H, strategy)
     manual, = torch.autograd.grad(y, phi, grad_outputs=wleaf.grad)
     torch.testing.assert_close(auto, manual, rtol=1e-9, atol=1e-12)
@@ -1051,10 +1075,10 @@ def test_gumbel_noise_schedule_anneals_to_the_evaluated_selection() -> None:
         set_head_selection_noise(model, -1.0)
     _, st = _asr_and_tiled("subset", "gumbel")
     m = st.encoder.layers[0].self_attn.train()
-    want = m.eval_selection()
+    want = m.selector.eval_selection()
     torch.manual_seed(0)
-    m.noise_scale = 1.0
-    early = sum(torch.equal(m.sample()[0], want) for _ in range(200))
-    m.noise_scale = 0.1
-    late = sum(torch.equal(m.sample()[0], want) for _ in range(200))
+    m.selector.noise_scale = 1.0
+    early = sum(torch.equal(m.selector.sample()[0], want) for _ in range(200))
+    m.selector.noise_scale = 0.1
+    late = sum(torch.equal(m.selector.sample()[0], want) for _ in range(200))
     assert late == 200 and early < 200

@@ -682,6 +682,22 @@ DEC_SYSTEMS = {
 }
 
 
+def test_the_decoder_runs_the_encoders_smoothing_core() -> None:
+    """One smoothing core for both roles: the decoder's class holds the encoder's functions (not copies),
+    and its weights are the core's on its own keys (the causal prefix here)."""
+    from lib.model.attention import SmoothedAttention
+
+    for name in ("smoothed", "raw_weights", "prior_weights", "gate"):
+        assert getattr(SmoothedMultiheadAttention, name) is getattr(SmoothedAttention, name)
+    m = SmoothedMultiheadAttention(D, H, 0.0, **PRIORS["predicted"]).to(F64).eval()
+    calls = []
+    m.gate = lambda q: calls.append(1) or SmoothedAttention.gate(m, q)  # an instance patch reaches the core
+    query = torch.randn(2, 5, D, dtype=F64)
+    prev = torch.softmax(torch.randn(2, H, 5, 5, dtype=F64), -1).tril()
+    m(query, None, causal=True, prev_attn=prev, need_weights=True)
+    assert calls == [1]
+
+
 @pytest.mark.parametrize("system", list(DEC_SYSTEMS))
 def test_decoder_incremental_equals_full_sequence(system: str) -> None:
     spec = decoder_smoothing_specs({**DEC_SYSTEMS[system], "where": ["decoder_self", "cross"]}, 3)

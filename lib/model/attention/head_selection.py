@@ -1,5 +1,5 @@
 """``head_select``: per-task selection of H of H' candidate heads (Gong et al. 2021; docs/variants.md).
-The selector (:class:`HeadSelection`) is shared with the decoder's head-selecting attention."""
+The selection is one module, :class:`HeadSelector`, composed into the encoder's and the decoder's attention."""
 from __future__ import annotations
 
 import math
@@ -167,68 +167,68 @@ def set_subset_lead_(phi: Tensor, n_heads: int, lead: float) -> Tensor:
 
 
 def set_subset_lead(model: nn.Module, lead: float) -> int:
-    """:func:`set_subset_lead_` on every subset head-selection module of ``model``; how many."""
-    modules = [m for m in model.modules() if isinstance(m, HeadSelection) and m.strategy == "subset"]
-    for m in modules:
+    """:func:`set_subset_lead_` on every subset head selector of ``model``; how many."""
+    selectors = [m for m in model.modules() if isinstance(m, HeadSelector) and m.strategy == "subset"]
+    for m in selectors:
         set_subset_lead_(m.head_logits.data, m.n_heads, lead)
-    return len(modules)
+    return len(selectors)
 
 
-class HeadSelection:
-    """Per-task selection of H out of H' candidate heads (a mixin for an ``nn.Module`` with
-    ``q_proj`` / ``k_proj`` / ``v_proj`` of H' · dh rows, ``n_heads`` = H and ``head_dim`` = dh):
-    the state and logic shared by the encoder's :class:`HeadSelectionAttention` and the decoder's
-    ``HeadSelectionMultiheadAttention`` (below). docs/variants.md
+Projections = tuple[nn.Linear, nn.Linear, nn.Linear]
 
-    The selection is composed around a role's attention, not a second forward: each role hands
-    :meth:`selected_context` how it projects the candidates and how it attends (the encoder's full or
-    local kernel; the decoder's causal attention with its cache), and the one flow here decides which
-    heads are projected, which attend, and which ``out_proj`` slot each output reaches.
+
+class HeadSelector(nn.Module):
+    """Per-task selection of H out of H' candidate heads, composed into a role's attention (as
+    fairseq's ``AttnHeadSelector`` in ``examples/attention_head_selection``): the encoder's
+    :class:`HeadSelectionAttention` and the decoder's :class:`HeadSelectionMultiheadAttention` each hold
+    one as ``selector`` and hand :meth:`context` how they project the candidates and how they attend
+    (the encoder's full or local kernel; the decoder's causal attention with its cache). The one flow
+    here decides which heads are projected, which attend, and which ``out_proj`` slot each output
+    reaches. docs/variants.md
 
     * ``head_logits`` φ (tasks, H') -- one logit per task and candidate (φ(1) − φ(0) of the paper's
       Eq. 4), initialised U(ln 0.01, ln 1) as the public code; ``subset`` then raises the best
       candidate of each out_proj slot above the rest (:func:`aligned_subset_logits_`).
     * Slots: a selected candidate c feeds ``out_proj`` slot c mod H (:func:`candidate_slots`), the slot
-      of the source head it is tiled from. For ``group`` that is its group's slot (the layout of
-      before); for ``subset`` two selected candidates of one slot add up and a slot without any is 0
-      (:func:`merge_slots`), so a selection never moves a head to another head's slot -- the paper's
-      index-ordered slots (B6) reshuffled them at every change of the selection.
+      of the source head it is tiled from. For ``group`` that is its group's slot; for ``subset`` two
+      selected candidates of one slot add up and a slot without any is 0 (:func:`merge_slots`), so a
+      selection never moves a head to another head's slot -- the paper's index-ordered slots (B6)
+      reshuffled them at every change of the selection.
     * Training, ``estimator: paper`` (:meth:`sample`): one draw ε per (task, head) of this layer per
       forward pass, shared by all samples of a task; selection by rank of φ + ε (:func:`select_heads`);
       the selected heads are scaled by the straight-through weights w = 1 − sg(y) + y,
       y = σ((φ + ε) / τ). Which heads are drawn does not depend on τ (the ranking of φ + ε); τ only
       scales the gradient of φ; unselected candidates get no gradient.
-    * Training, ``estimator: gumbel``: Gumbel noise g scaled by ``noise_scale`` s (annealed by the
-      training loop, ``set_head_selection_noise``), selection by rank of φ + s·g as above, and every
-      candidate attends: candidate c's output enters its slot scaled by w_c = hard_c − sg(y_c) + y_c with
-      y = :func:`relaxed_selection` ((φ + s·g) / τ) -- forward exactly the drawn selection (unselected
-      candidates × 0), backward ∂L/∂w_c = ⟨∂L/∂slot, head_c⟩ for every candidate: how the loss would
-      change with c in its slot, compared with the selected one through the softmax. Costs H' heads of
-      attention in training (H at evaluation, pruned as for ``paper``).
-    * Evaluation (:meth:`eval_selection`): no noise, selection by φ; the gathered q/k/v rows of
-      each task's selected heads are cached (:meth:`pruned_projections`) and only those H heads are
-      projected and attended (``pruned_inference``; False = project all H' then gather, the
-      reference the tests compare with).
-    * :meth:`kl`: per-head KL of Bernoulli(σ(φ)) to the prior p(z = 1) = H / H' (reading B2).
+    * Training, ``estimator: gumbel``: Gumbel noise g scaled by ``noise_scale`` s, selection by rank of
+      φ + s·g as above, and every candidate attends: candidate c's output enters its slot scaled by
+      w_c = hard_c − sg(y_c) + y_c with y = :func:`relaxed_selection` ((φ + s·g) / τ) -- forward exactly
+      the drawn selection (unselected candidates × 0), backward ∂L/∂w_c = ⟨∂L/∂slot, head_c⟩ for every
+      candidate. Costs H' heads of attention in training (H at evaluation, pruned as for ``paper``).
+    * Evaluation (:meth:`eval_selection`): no noise, selection by φ; the gathered q/k/v rows of each
+      task's selected heads are cached (:meth:`pruned_projections`) and only those H heads are
+      projected and attended (``pruned_inference``; False = project all H' then gather, the reference
+      the tests compare with).
+    * :meth:`kl`: per-head KL of Bernoulli(σ(φ)) to the prior p(z = 1) = H / H' (reading B2); the
+      training criterion collects it from every selector of the model (lib.train.criterion).
 
-    ``tau`` is a plain attribute (set each update by ``set_head_selection_tau``, from the run's
-    ``HeadSelectionTraining.set_num_updates`` hook), not state: the schedule recomputes it on resume. ``computed_heads`` reports how many heads per
-    sample the last forward pass projected (H' in training, H at pruned evaluation).
+    ``tau`` and ``noise_scale`` are plain attributes, not state: the run's per-update hook
+    (``HeadSelectionTraining.set_num_updates``, lib/train/head_selection.py) sets them from its
+    schedules, which a resumed run recomputes. ``computed_heads`` reports how many heads per sample
+    the last forward pass projected (H' in training, H at pruned evaluation).
+
+    φ is created after the host's projections (the initialisation draws of earlier runs), and
+    :func:`compose_selector` puts the selector first among the host's submodules: φ is the host's first
+    parameter, where it stood when it was the host's own, so the optimizer's state, the gradient norm's
+    sum and a checkpoint's key order are those of earlier runs (whose ``<attn>.head_logits`` keys still
+    load, :func:`_upgrade_head_logits_key`).
     """
 
-    #: Marks a head-selecting module for code that must not import this module (S2TTransformer).
+    #: Marks a head selector for code that must not import this module (the model, the criterion).
     selects_heads = True
 
-    n_heads: int
-    head_dim: int
-    q_proj: nn.Linear
-    k_proj: nn.Linear
-    v_proj: nn.Linear
-
-    def _init_head_selection(self, *, strategy: str, candidates: int, tasks: int, key: str,
-                             estimator: str = "paper") -> None:
-        opts = HeadSelectionOptions.validated(strategy=strategy, candidates=candidates, tasks=tasks,
-                                      n_heads=self.n_heads, estimator=estimator, key=key)
+    def __init__(self, opts: HeadSelectionOptions, n_heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, head_dim
         self.strategy: str = opts.strategy
         self.candidates: int = opts.candidates
         self.tasks: int = opts.tasks
@@ -289,32 +289,31 @@ class HeadSelection:
         """(tasks, H') Bernoulli KL of the posterior σ(φ) to the prior π = H / H'."""
         return bernoulli_kl(self.head_logits, self.prior)
 
-    def _cache_key(self) -> tuple:
-        params = (self.head_logits, self.q_proj.weight, self.q_proj.bias, self.k_proj.weight, self.k_proj.bias,
-                  self.v_proj.weight, self.v_proj.bias)
+    def _cache_key(self, projections: Projections) -> tuple:
+        params = (self.head_logits,) + tuple(t for p in projections for t in (p.weight, p.bias))
         return (torch.is_inference_mode_enabled(),) + tuple(
             (p.data_ptr(), p._version, p.dtype, p.device) for p in params)
 
-    def pruned_projections(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """(Wq, bq, Wk, bk, Wv, bv): each task's selected rows, weights (tasks, H · dh, d) and
-        biases (tasks, H · dh). Cached while nothing they depend on changes: the cache is dropped
-        by ``train()``, and keyed on the parameters' version counters (an optimizer step or
-        ``load_state_dict`` bumps them) and storage. With autograd recording the rows are gathered
-        afresh (differentiable, nothing cached)."""
-        key = self._cache_key()
+    def pruned_projections(self, projections: Projections) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(Wq, bq, Wk, bk, Wv, bv) of the host's ``projections`` (its q/k/v_proj): each task's selected
+        rows, weights (tasks, H · dh, d) and biases (tasks, H · dh). Cached while nothing they depend on
+        changes: the cache is dropped by ``train()``, and keyed on the parameters' version counters (an
+        optimizer step or ``load_state_dict`` bumps them) and storage. With autograd recording the rows
+        are gathered afresh (differentiable, nothing cached)."""
+        key = self._cache_key(projections)
         if self._pruned is not None and self._pruned[0] == key and not torch.is_grad_enabled():
             return self._pruned[1]  # type: ignore[return-value]
         rows = head_rows(self.eval_selection(), self.head_dim)  # (tasks, H * dh)
-        out = tuple(t for proj in (self.q_proj, self.k_proj, self.v_proj) for t in (proj.weight[rows], proj.bias[rows]))
+        out = tuple(t for proj in projections for t in (proj.weight[rows], proj.bias[rows]))
         if not torch.is_grad_enabled():
             self._pruned = (key, out)
         return out  # type: ignore[return-value]
 
-    def project_pruned(self, x: Tensor, task: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def project_pruned(self, x: Tensor, task: Tensor, projections: Projections) -> tuple[Tensor, Tensor, Tensor]:
         """Only the selected heads of each sample's task: x (B, N, d) -> q, k, v (B, H, N, dh)."""
         lo, hi = torch.stack([task.min(), task.max()]).tolist()
         single = int(lo) if lo == hi else None
-        wq, bq, wk, bk, wv, bv = self.pruned_projections()
+        wq, bq, wk, bk, wv, bv = self.pruned_projections(projections)
         B, N, _ = x.shape
 
         def split(t: Tensor) -> Tensor:
@@ -322,11 +321,11 @@ class HeadSelection:
 
         return tuple(split(pruned_linear(x, w, b, task, single)) for w, b in ((wq, bq), (wk, bk), (wv, bv)))  # type: ignore[return-value]
 
-    def train(self, mode: bool = True):  # noqa: ANN201 (nn.Module.train's signature)
+    def train(self, mode: bool = True) -> "HeadSelector":
         self._pruned = None
-        return super().train(mode)  # type: ignore[misc]
+        return super().train(mode)
 
-    def selection_repr(self) -> str:
+    def extra_repr(self) -> str:
         return (f"strategy={self.strategy}, candidates={self.candidates}, tasks={self.tasks}, tau={self.tau}"
                 + (f", estimator={self.estimator}, noise_scale={self.noise_scale}" if self.estimator != "paper" else ""))
 
@@ -344,15 +343,17 @@ class HeadSelection:
         slots = candidate_slots(self.candidates, self.n_heads, ctx.device)
         return merge_slots(ctx * w[task][:, :, None, None], slots, self.n_heads)
 
-    def selected_context(self, x: Tensor, task: Tensor, project_all: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]],
-                         attend: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor | None]]
-                         ) -> tuple[Tensor, Tensor | None]:
+    def context(self, x: Tensor, task: Tensor, projections: Projections,
+                project_all: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]],
+                attend: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor | None]]
+                ) -> tuple[Tensor, Tensor | None]:
         """The selection around a role's attention, the one flow of both roles: which candidates are
-        projected (all H', or at pruned evaluation only each task's H), which heads attend, and how
-        their outputs reach the H ``out_proj`` slots. ``project_all(x)`` gives the role's q, k, v of all
-        H' candidates (B, H', N, dh); ``attend(q, k, v)`` its attention (the encoder's kinds, or the
-        decoder's causal attention with its cache) -> (ctx, weights | None). Returns the context in
-        the H slots (B, H, N, dh) and the selected heads' weights (slot order) when ``attend`` gave any."""
+        projected (all H', or at pruned evaluation only each task's H rows of ``projections``), which
+        heads attend, and how their outputs reach the H ``out_proj`` slots. ``project_all(x)`` gives the
+        role's q, k, v of all H' candidates (B, H', N, dh); ``attend(q, k, v)`` its attention (the
+        encoder's kinds, or the decoder's causal attention with its cache) -> (ctx, weights | None).
+        Returns the context in the H slots (B, H, N, dh) and the selected heads' weights (slot order)
+        when ``attend`` gave any."""
         w: Tensor | None = None
         if self.training and self.estimator == "gumbel":  # every candidate attends, x its 0 / 1 weight
             q, k, v = project_all(x)  # (B, H', N, dh)
@@ -369,7 +370,7 @@ class HeadSelection:
             q, k, v = gather_heads(q, idx), gather_heads(k, idx), gather_heads(v, idx)
             self.computed_heads = self.candidates
         else:
-            q, k, v = self.project_pruned(x, task)  # (B, H, N, dh)
+            q, k, v = self.project_pruned(x, task, projections)  # (B, H, N, dh)
             idx = self.eval_selection()[task] if self.strategy == "subset" else None
             self.computed_heads = self.n_heads
         ctx, weights = attend(q, k, v)
@@ -380,20 +381,39 @@ class HeadSelection:
         return ctx, weights
 
 
+def _upgrade_head_logits_key(state_dict: dict, prefix: str, *args) -> None:
+    """Load-state-dict pre-hook of a selecting attention: a checkpoint written while φ was the
+    attention's own parameter (``<attn>.head_logits``) loads into ``<attn>.selector.head_logits``."""
+    old, new = prefix + "head_logits", prefix + "selector.head_logits"
+    if old in state_dict and new not in state_dict:
+        state_dict[new] = state_dict.pop(old)
+
+
+def compose_selector(host: nn.Module, selector: HeadSelector) -> HeadSelector:
+    """``host.selector = selector``, placed first among ``host``'s submodules (see :class:`HeadSelector`
+    for why the order), with the pre-hook that loads checkpoints of earlier runs. Returns the selector."""
+    host.selector = selector
+    rest = {name: m for name, m in host._modules.items() if name != "selector"}
+    host._modules.clear()
+    host._modules.update({"selector": selector, **rest})
+    host._register_load_state_dict_pre_hook(_upgrade_head_logits_key)
+    return selector
+
+
 @register_attention("head_select")
-class HeadSelectionAttention(HeadSelection, SelfAttention):
+class HeadSelectionAttention(SelfAttention):
     """Encoder self-attention with per-task head selection (Gong et al. 2021;
     docs/variants.md): H of H' candidate heads per task (target language id), strategies
     ``subset`` and ``group`` (see :func:`select_heads`), Gumbel-sigmoid latent variables with the
-    straight-through estimator in training, deterministic and pruned at evaluation (the logic is
-    :class:`HeadSelection`'s).
+    straight-through estimator in training, deterministic and pruned at evaluation. The selection is
+    its composed :class:`HeadSelector` (``selector``); this module is the encoder's attention around it.
 
     Spec keys: ``strategy``, ``candidates`` (H'), ``tasks``, ``window`` (None = full attention over
     the selected heads, else local attention with that window: the MAY of docs/variants.md).
 
     Parameters: q/k/v_proj map d -> H' · dh (``proj_heads = H'``), ``out_proj`` H · dh -> d, plus the
-    variant-only ``head_logits`` (tasks, H'). An H-head checkpoint (the ASR encoder) loads with
-    ``lib.model.checkpoint.load_encoder(..., expand_candidate_heads=True)``: candidate j <- head
+    selector's variant-only ``head_logits`` (tasks, H'). An H-head checkpoint (the ASR encoder) loads
+    with ``lib.model.checkpoint.load_encoder(..., expand_candidate_heads=True)``: candidate j <- head
     j mod H, after which any group selection reproduces the source layer exactly.
 
     Forward for a sample of task t: x^(h) = softmax(q_h k_h^T / sqrt(dh) + pad) v_h for the selected
@@ -427,12 +447,11 @@ class HeadSelectionAttention(HeadSelection, SelfAttention):
             raise ValueError("head_select: the relative-position bias (model.overrides.rel_pos_bias) is not "
                              "implemented for head selection")
         odd_window(window, "head_select.window:", optional=True)
-        if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
-            raise ValueError(f"head_select.candidates: must be a positive integer, got {candidates!r}")
-        super().__init__(d_model, n_heads, dropout, proj_heads=candidates)
+        opts = HeadSelectionOptions.validated(strategy=strategy, candidates=candidates, tasks=tasks,
+                                              n_heads=n_heads, estimator=estimator, key="head_select")
+        super().__init__(d_model, n_heads, dropout, proj_heads=opts.candidates)
         self.window: int | None = window
-        self._init_head_selection(strategy=strategy, candidates=candidates, tasks=tasks, key="head_select",
-                                  estimator=estimator)
+        self.selector = compose_selector(self, HeadSelector(opts, n_heads, self.head_dim))
 
     def attend(self, q, k, v, key_padding_mask, *, prev_attn=None, task=None, need_weights=False):
         """The attention core on the *selected* heads (q, k, v (B, H, N, dh)): full attention (SDPA
@@ -449,68 +468,66 @@ class HeadSelectionAttention(HeadSelection, SelfAttention):
         task: Tensor | None = None,
         need_weights: bool = False,
     ) -> AttentionOutput:
-        task = self.task_ids(task, x.shape[0], x.device)
-        ctx, weights = self.selected_context(
-            x, task, self._project, lambda q, k, v: self.attend(q, k, v, key_padding_mask, need_weights=need_weights))
+        task = self.selector.task_ids(task, x.shape[0], x.device)
+        ctx, weights = self.selector.context(
+            x, task, (self.q_proj, self.k_proj, self.v_proj), self._project,
+            lambda q, k, v: self.attend(q, k, v, key_padding_mask, need_weights=need_weights))
         out = self.out_proj(self._merge(ctx))
         if not need_weights:
             return AttentionOutput(out=out, weights=None, carry=None)
         return AttentionOutput(out=out, weights=weights, carry=weights)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, {self.selection_repr()}" + (
-            f", window={self.window}" if self.window is not None else "")
+        return super().extra_repr() + (f", window={self.window}" if self.window is not None else "")
 
 
 def set_head_selection_noise(model: nn.Module, scale: float) -> int:
-    """Set the Gumbel noise scale s of every head-selection module in ``model`` (the ``gumbel``
-    estimator's; the training loop calls it once per update with its schedule's value,
-    lib.train.head_selection.head_selection_noise); returns how many modules were set. s >= 0."""
+    """Set the Gumbel noise scale s of every head selector in ``model`` (the ``gumbel`` estimator's;
+    the run's per-update hook calls it with its schedule's value,
+    lib.train.head_selection.head_selection_noise); returns how many selectors were set. s >= 0."""
     if not scale >= 0:
         raise ValueError(f"head-selection noise scale must be >= 0, got {scale!r}")
     return _set_on_head_selection(model, "noise_scale", float(scale))
 
 
 def _set_on_head_selection(model: nn.Module, attr: str, value: float) -> int:
-    """Set ``attr`` on every head-selection module of ``model``; how many were set."""
-    modules = [m for m in model.modules() if isinstance(m, HeadSelection)]
-    for m in modules:
+    """Set ``attr`` on every head selector of ``model``; how many were set."""
+    selectors = [m for m in model.modules() if isinstance(m, HeadSelector)]
+    for m in selectors:
         setattr(m, attr, value)
-    return len(modules)
+    return len(selectors)
 
 
 def set_head_selection_tau(model: nn.Module, tau: float) -> int:
-    """Set the Gumbel-sigmoid temperature τ of every head-selection module in ``model`` (the
-    training loop calls it once per update with its schedule's value); returns how many modules
-    were set. τ > 0 (ValueError otherwise)."""
+    """Set the Gumbel-sigmoid temperature τ of every head selector in ``model`` (the run's per-update
+    hook calls it with its schedule's value); returns how many selectors were set. τ > 0 (ValueError
+    otherwise)."""
     if not tau > 0:
         raise ValueError(f"head-selection temperature must be > 0, got {tau!r}")
     return _set_on_head_selection(model, "tau", float(tau))
 
 
 @register_attention("head_select")
-class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
+class HeadSelectionMultiheadAttention(MultiheadAttention):
     """Decoder self-attention with per-task head selection (Gong et al.; docs/variants.md, B1):
-    the logic of :class:`lib.model.attention.HeadSelection` (the encoder's
-    :class:`lib.model.attention.HeadSelectionAttention` has the same math) on the decoder's causal
-    self-attention, keyed on the target language (the paper's O2M configuration).
+    the encoder's :class:`HeadSelector` composed into the decoder's causal self-attention, keyed on
+    the target language (the paper's O2M configuration).
 
-    q/k/v_proj project H' candidates; ``head_logits`` (tasks, H'). Training: all H' projected, one
-    draw per forward pass, each sample's H heads gathered by its task, straight-through weights on
-    the head outputs. Evaluation: deterministic selection and only the selected rows projected;
-    the incremental cache ("k", "v" (B, H, t, dh), "pad") holds the H selected heads only, so
-    incremental decoding equals full-sequence decoding and costs what a plain H-head layer costs.
+    q/k/v_proj project H' candidates; the selector's ``head_logits`` (tasks, H'). Training: all H'
+    projected, one draw per forward pass, each sample's H heads gathered by its task, straight-through
+    weights on the head outputs. Evaluation: deterministic selection and only the selected rows
+    projected; the incremental cache ("k", "v" (B, H, t, dh), "pad") holds the H selected heads only,
+    so incremental decoding equals full-sequence decoding and costs what a plain H-head layer costs.
     Incremental decoding in training mode is refused (each call would draw a new selection while
     the cache holds the old one). Self-attention only (``memory`` must be None).
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, *, strategy: str, candidates: int,
                  tasks: int, estimator: str = "paper") -> None:
-        if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
-            raise ValueError(f"decoder head_select.candidates: must be a positive integer, got {candidates!r}")
-        super().__init__(d_model, n_heads, dropout, proj_heads=candidates)
-        self._init_head_selection(strategy=strategy, candidates=candidates, tasks=tasks, key="decoder head_select",
-                                  estimator=estimator)
+        opts = HeadSelectionOptions.validated(strategy=strategy, candidates=candidates, tasks=tasks,
+                                              n_heads=n_heads, estimator=estimator, key="decoder head_select")
+        super().__init__(d_model, n_heads, dropout, proj_heads=opts.candidates)
+        self.selector = compose_selector(self, HeadSelector(opts, n_heads, self.head_dim))
 
     def forward(
         self,
@@ -526,20 +543,18 @@ class HeadSelectionMultiheadAttention(HeadSelection, MultiheadAttention):
     ) -> AttentionOutput:
         if memory is not None:
             raise ValueError("head selection is implemented for decoder self-attention only")
-        task = self.task_ids(task, query.shape[0], query.device)
+        task = self.selector.task_ids(task, query.shape[0], query.device)
         if self.training and cache is not None:
             raise ValueError("decoder head selection: incremental decoding runs in eval mode (a training "
                              "forward draws a new selection, the cache holds the previous one)")
+        candidates = self.selector.candidates
 
         def project_all(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            return tuple(self._split(p(x), self.candidates) for p in (self.q_proj, self.k_proj, self.v_proj))  # type: ignore[return-value]
+            return tuple(self._split(p(x), candidates) for p in (self.q_proj, self.k_proj, self.v_proj))  # type: ignore[return-value]
 
         def attend(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor | None]:
             k, v, pad = self._extend_cache(k, v, key_padding_mask, cache)
             return self._attend_masked(q, k, v, self._forbidden(q, k, pad, causal), need_weights)
 
-        ctx, weights = self.selected_context(query, task, project_all, attend)
+        ctx, weights = self.selector.context(query, task, (self.q_proj, self.k_proj, self.v_proj), project_all, attend)
         return AttentionOutput(out=self.out_proj(self._merge(ctx)), weights=weights, carry=weights)
-
-    def extra_repr(self) -> str:
-        return self.selection_repr()

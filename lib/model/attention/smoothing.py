@@ -11,7 +11,6 @@ from lib.model.attention.full import FullAttention
 from lib.model.attention.local import LocalAttention
 from lib.model.attention.base import AttentionOutput, SelfAttention, VariantParameter, mask_bias, register_attention
 from lib.model.attention.decoder import MultiheadAttention
-from lib.model.dropout import dropout
 
 
 # ----------------------------------------------------------------------------------------
@@ -210,7 +209,7 @@ class SmoothedAttention(SelfAttention):
             ok = allowed & inside if self.band_outside == "masked" else allowed  # (B | 1, 1, N, N)
             return torch.softmax(logits[None] + mask_bias(~ok, dtype), dim=-1).masked_fill(~ok, 0.0)
         if prev_attn is None:
-            raise ValueError("smooth (prior: prev) got no prev_attn: the first encoder layer has no layer below "
+            raise ValueError(f"smooth (prior: prev) got no prev_attn: the first {self.role} layer has no layer below "
                              "(docs/variants.md)")
         p = prev_attn.to(dtype).masked_fill(~allowed, 0.0)  # (B, H, N, N)
         if self.window is None:
@@ -227,6 +226,16 @@ class SmoothedAttention(SelfAttention):
             plain = FullAttention if self.window is None else LocalAttention
             return plain.attend(self, q, k, v, key_padding_mask, need_weights=need_weights)
         allowed = self.allowed_keys(key_padding_mask, q.shape[2], q.device)  # (B | 1, 1, N, N)
+        return self.smoothed(q, k, v, allowed, prev_attn)
+
+    def smoothed(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor,
+                 prev_attn: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """The smoothing core of both roles: A = :meth:`raw_weights` over the ``allowed`` keys, P =
+        :meth:`prior_weights`, γ fixed or :meth:`gate`, A' = (1 − γ) A + γ P, ctx = dropout(A') V. Returns
+        (ctx (B, H, N, dh), A', the carry to the next layer). The decoder's
+        :class:`SmoothedMultiheadAttention` shares this method and the three it calls (the same functions,
+        as its class attributes) and runs them on its own keys (``allowed`` = not its causal / padding
+        mask)."""
         raw = self.raw_weights(q, k, allowed)  # A_l (B, H, N, N)
         prior = self.prior_weights(allowed, prev_attn, raw.dtype)  # P_l (B | 1, H | 1, N, N)
         gamma = self.gate(q).to(raw.dtype) if self.gamma == "predicted" else self.gamma  # (B, H, N, 1) or float
@@ -253,8 +262,8 @@ class SmoothedAttention(SelfAttention):
 @register_attention("smooth")
 class SmoothedMultiheadAttention(MultiheadAttention):
     """Decoder attention smoothed with a prior (Maekaku et al.; docs/variants.md):
-    A' = (1 - γ) A + γ P, ctx = dropout(A') V, the math of
-    :class:`lib.model.attention.SmoothedAttention` on the decoder's keys.
+    A' = (1 - γ) A + γ P, ctx = dropout(A') V, the very code of
+    :class:`lib.model.attention.SmoothedAttention` (:meth:`SmoothedAttention.smoothed`) on the decoder's keys.
 
     * self-attention, ``uniform``: P[i, j] = 1 / (i + 1) over the causal prefix (its non-pad keys);
       cross-attention, ``uniform``: P[b, i, j] = m_b[j] / T_b over the encoder frames (relaxed
@@ -269,6 +278,12 @@ class SmoothedMultiheadAttention(MultiheadAttention):
     ValueError. Always the explicit-weights path, except ``train_only`` at inference, which runs the
     plain module's code.
     """
+
+    # the encoder's smoothing core, shared: the same functions, not copies (SmoothedAttention.smoothed)
+    smoothed = SmoothedAttention.smoothed
+    raw_weights = SmoothedAttention.raw_weights
+    prior_weights = SmoothedAttention.prior_weights
+    gate = SmoothedAttention.gate
 
     def __init__(
         self,
@@ -291,6 +306,7 @@ class SmoothedMultiheadAttention(MultiheadAttention):
         self.gamma: float | str = opts.gamma
         self.recursive: bool = opts.recursive
         self.train_only: bool = opts.train_only
+        self.window: None = None  # the keys are the causal prefix or the encoder frames (prior_weights)
         self.needs_prev_attn = self.prior == "prev"  # per instance (docs/variants.md)
         self.gate_init: float | None = opts.gate_init
         self.gate_vector = VariantParameter(torch.zeros(d_model)) if self.gamma == "predicted" else None
@@ -312,20 +328,7 @@ class SmoothedMultiheadAttention(MultiheadAttention):
             return super().forward(query, memory, key_padding_mask=key_padding_mask, causal=causal, cache=cache,
                                    need_weights=need_weights)
         q, k, v, mask = self._project_cached(query, memory, key_padding_mask, causal, cache)  # mask (B, 1, L, S)
-        scores = torch.matmul(q, k.transpose(-2, -1)) * self.head_dim**-0.5  # (B, H, L, S)
-        raw = torch.softmax(scores + mask_bias(mask, q.dtype), -1).masked_fill(mask, 0.0)  # A
-        if self.prior == "uniform":
-            prior = uniform_prior(~mask, raw.dtype)  # (B, 1, L, S)
-        elif prev_attn is None:
-            raise ValueError("smooth (prior: prev) got no prev_attn: the first decoder layer has no layer below "
-                             "(docs/variants.md)")
-        else:
-            prior = prev_attn.to(raw.dtype).masked_fill(mask, 0.0)  # (B, H, L, S)
-        gamma = predicted_gate(q, self.gate_vector, self.gate_bias).to(raw.dtype) if self.gamma == "predicted" \
-            else self.gamma
-        weights = (1 - gamma) * raw + gamma * prior  # A' (B, H, L, S)
-        ctx = torch.matmul(dropout(weights, self.dropout, self.training), v)  # (B, H, L, dh)
-        carry = raw if self.prior == "prev" and not self.recursive else weights
+        ctx, weights, carry = self.smoothed(q, k, v, ~mask, prev_attn)  # the encoder's core
         return AttentionOutput(out=self.out_proj(self._merge(ctx)), weights=weights if need_weights else None,
                                carry=carry if need_weights else None)
 
