@@ -40,7 +40,8 @@ from lib.analysis.extract import layer_contributions, layer_tensors
 from lib.stats import spearman
 from lib.params import AnalysisParams, HealthParams
 from lib.analysis.windows import diagonal_means, select_window, window_from_lengths
-from lib.model.s2t_transformer import ModelConfig, S2TTransformer
+from lib.model import checkpoint as model_file
+from lib.model.s2t_transformer import S2TTransformer
 from lib.model.spec import local_attention_spec
 
 __all__ = [
@@ -203,10 +204,7 @@ def with_local_layers(model: S2TTransformer, windows: Sequence[int], full_layers
     spec = local_attention_spec(model.cfg.encoder_layers, full_layers, list(windows), key="band test windows")
     if model.cfg.rel_pos_bias:  # the blocked local kernel has no relative-position bias: dense band mask
         spec = [{"type": "banded", "window": s["window"]} if s["type"] == "local" else s for s in spec]
-    cfg = ModelConfig.from_dict({**model.cfg.to_dict(), "encoder_attention": spec})
-    local = S2TTransformer(cfg)
-    local.load_state_dict(model.state_dict())  # same parameter names for every attention variant
-    return local.to(next(model.parameters()).device).eval()
+    return model_file.rebuilt_with(model, encoder_attention=spec)
 
 
 @torch.no_grad()

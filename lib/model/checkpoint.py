@@ -90,6 +90,16 @@ def model_from_state(state: dict[str, Any], *, device: str | torch.device = "cpu
     return model, meta
 
 
+def rebuilt_with(model: S2TTransformer, **config: Any) -> S2TTransformer:
+    """A copy of ``model`` with ``config`` fields of its ModelConfig replaced (e.g. another
+    ``encoder_attention``), the same weights, on the same device, in eval mode. Every attention kind
+    has the same parameter names, so the weights load as they are (a strict load: a change that adds
+    or drops parameters is refused)."""
+    copy = build_model({**model.cfg.to_dict(), **config})
+    copy.load_state_dict(model.state_dict())
+    return copy.to(next(model.parameters()).device).eval()
+
+
 # ----------------------------------------------------------------------------------------
 # Weight surgery
 # ----------------------------------------------------------------------------------------

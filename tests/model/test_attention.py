@@ -82,6 +82,41 @@ def test_a_decoder_variant_registers_with_the_same_decorator(monkeypatch):
         register_attention("plain_toy")(torch.nn.Linear)
 
 
+def test_a_variant_module_in_the_package_is_found_by_its_kind_without_a_table(tmp_path):
+    """A kind not registered yet makes the registry import the package's modules not imported so far, in
+    name order, until it is: a new variant's module is found by being in the package (a fresh process,
+    the package's path extended by a folder holding a toy variant). A plain kind imports no variant."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "toy_found.py").write_text(
+        "from lib.model.attention.full import FullAttention\n"
+        "from lib.model.attention.base import register_attention\n"
+        "@register_attention('found_toy')\n"
+        "class FoundToy(FullAttention):\n"
+        "    pass\n")
+    code = f"""
+import sys
+import lib.model.attention as pkg
+from lib.model.attention.base import attention_class
+pkg.__path__.append({str(tmp_path)!r})
+assert attention_class('local').__name__ == 'LocalAttention'
+assert not {{'lib.model.attention.smoothing', 'lib.model.attention.head_selection'}} & set(sys.modules)
+assert attention_class('head_select').__module__ == 'lib.model.attention.head_selection'
+assert 'lib.model.attention.smoothing' not in sys.modules  # the scan stops at the kind's module
+assert attention_class('found_toy').__module__ == 'lib.model.attention.toy_found'
+try:
+    attention_class('nope', 'decoder')
+except ValueError as e:
+    assert "known: ['full', 'head_select', 'smooth']" in str(e), e
+else:
+    raise AssertionError('no error')
+"""
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
+
+
 def test_build_attention_full():
     attn = build_attention({"type": "full"}, D, H, 0.1)
     assert isinstance(attn, FullAttention)

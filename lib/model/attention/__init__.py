@@ -5,7 +5,8 @@
 the same core with cross-attention, the causal mask and an incremental cache; ``smooth`` and
 ``head_select`` register a decoder class each, with the same decorator). Importing this package
 imports the plain kinds; a variant's module is imported by the code that uses it, or on demand when a
-spec names its kind (``base.VARIANT_MODULES``). Each name below is re-exported.
+spec names a kind not registered yet (``base.load_variant`` finds it among the package's modules).
+Each name below is re-exported.
 
 Every encoder layer owns one ``SelfAttention`` module built from a small spec dict
 (``{"type": "full"}``, ``{"type": "local", "window": 13}``, ...) by ``build_attention``.
@@ -99,7 +100,7 @@ from lib.model.attention.decoder import (  # noqa: F401
     MultiheadAttention,
     build_decoder_attention,
 )
-# The variants that load on demand (base.VARIANT_MODULES): their names resolve on first use, so importing
+# The variants that load on demand (base.load_variant): their names resolve on first use, so importing
 # this package never imports their modules (and the baseline's stages never depend on their code).
 _LAZY = {
     "band_logit_matrix": "smoothing",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import pkgutil
+import sys
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
@@ -285,23 +287,32 @@ class SelfAttention(nn.Module):
 ATTENTION_VARIANTS: dict[tuple[str, str], type[SelfAttention]] = {}
 ROLES = ("encoder", "decoder")
 
-#: Variants that register when their module is imported, loaded on demand when a spec (or a model file's
-#: config) names their kind. Only the stages that train a variant import its module, so the DVC deps of
-#: the baseline's stages list no variant code and an edit to a variant retrains no baseline. A new
-#: variant needs no entry here: importing its module registers it.
-VARIANT_MODULES = {"smooth": "lib.model.attention.smoothing", "head_select": "lib.model.attention.head_selection"}
-
 
 def registered_kinds(role: str = "encoder") -> list[str]:
     """The kinds registered for ``role`` so far, sorted."""
     return sorted(kind for kind, r in ATTENTION_VARIANTS if r == role)
 
 
-def load_variant(kind: str) -> None:
-    """Import the module of attention kind ``kind`` when it is a known on-demand variant not yet
-    registered (its import registers it, for the encoder and the decoder role alike)."""
-    if kind in VARIANT_MODULES and not any(k == kind for k, _ in ATTENTION_VARIANTS):
-        importlib.import_module(VARIANT_MODULES[kind])
+def load_variant(kind: str | None = None) -> None:
+    """Make ``kind`` registered if a module of this package defines it: a variant registers when its
+    module is imported, and only the stages that train a variant import it (so the DVC deps of the
+    baseline's stages list no variant code, and an edit to a variant retrains no baseline). A process
+    that meets a kind not registered yet (a spec, or a model file's config, naming it) imports this
+    package's modules not imported so far, in name order, until the kind is registered (None: all of
+    them). There is no table of variants to extend: a new variant's module is found by being in the
+    package."""
+    def registered() -> bool:
+        return kind is not None and any(k == kind for k, _ in ATTENTION_VARIANTS)
+
+    if registered():
+        return
+    package = __name__.rsplit(".", 1)[0]
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        name = f"{package}.{info.name}"
+        if name not in sys.modules:
+            importlib.import_module(name)
+            if registered():
+                return
 
 
 def attention_class(kind: str, role: str = "encoder") -> type[SelfAttention]:
@@ -310,7 +321,8 @@ def attention_class(kind: str, role: str = "encoder") -> type[SelfAttention]:
     load_variant(kind)
     cls = ATTENTION_VARIANTS.get((kind, role))
     if cls is None:
-        known = sorted(set(registered_kinds(role)) | (set(VARIANT_MODULES) if role == "encoder" else set()))
+        load_variant()  # every module of the package, so that the message names every kind
+        known = registered_kinds(role)
         where = "" if role == "encoder" else f" for the {role} role"
         raise ValueError(f"unknown attention type {kind!r}{where}; known: {known}")
     return cls
