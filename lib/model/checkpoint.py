@@ -90,11 +90,23 @@ def model_from_state(state: dict[str, Any], *, device: str | torch.device = "cpu
     return model, meta
 
 
+def upgrade_state_dict(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A model state dict with the keys of earlier versions of this code renamed to today's, for code
+    that reads weights without ``load_state_dict`` (snapshot averaging, the weight surgery below; a
+    module's ``load_state_dict`` upgrades them itself): head selection's logits, once the attention's own
+    ``<attn>.head_logits``, are ``<attn>.selector.head_logits`` (lib.model.attention.head_selection).
+    A dict without such keys comes back as it is (the same object)."""
+    legacy = [k for k in state_dict if k.endswith(".self_attn.head_logits")]
+    if not legacy:
+        return state_dict
+    return {(k[: -len("head_logits")] + "selector.head_logits" if k in legacy else k): v for k, v in state_dict.items()}
+
+
 def rebuilt_with(model: S2TTransformer, **config: Any) -> S2TTransformer:
     """A copy of ``model`` with ``config`` fields of its ModelConfig replaced (e.g. another
-    ``encoder_attention``), the same weights, on the same device, in eval mode. Every attention kind
-    has the same parameter names, so the weights load as they are (a strict load: a change that adds
-    or drops parameters is refused)."""
+    ``encoder_attention``), the same weights, on the same device, in eval mode. The plain kinds (full,
+    local, banded) have the same parameters, so a change between them loads the weights as they are;
+    a change that adds or drops parameters (a variant's own) is refused by the strict load."""
     copy = build_model({**model.cfg.to_dict(), **config})
     copy.load_state_dict(model.state_dict())
     return copy.to(next(model.parameters()).device).eval()
@@ -133,6 +145,7 @@ def load_encoder(model: S2TTransformer, state_dict: dict[str, Tensor], *, expand
     """
     if "model" in state_dict and isinstance(state_dict["model"], dict):
         state_dict = state_dict["model"]
+    state_dict = upgrade_state_dict(state_dict)
     if any(k.startswith("encoder.") for k in state_dict):
         src = {k[len("encoder.") :]: v for k, v in state_dict.items() if k.startswith("encoder.")}
     else:
@@ -198,6 +211,7 @@ def load_decoder_layers(model: S2TTransformer, state_dict: dict[str, Tensor], *,
     as :func:`load_encoder` does (:func:`_tiled_decoder_state`)."""
     if "model" in state_dict and isinstance(state_dict["model"], dict):
         state_dict = state_dict["model"]
+    state_dict = upgrade_state_dict(state_dict)
     if expand_candidate_heads:
         state_dict = _tiled_decoder_state(model, state_dict)
     target = model.decoder.state_dict()

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from lib.model.checkpoint import load, save  # noqa: F401 (re-exported: the training state's files)
+from lib.model.checkpoint import upgrade_state_dict
 
 
 def fingerprint(config: dict[str, Any]) -> str:
@@ -70,13 +71,20 @@ def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> l
 
 
 def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of model state dicts (floating tensors; others taken from the last)."""
+    """Element-wise mean of model state dicts (floating tensors; others taken from the last). Keys of
+    earlier versions of the code are renamed first (:func:`lib.model.checkpoint.upgrade_state_dict`, e.g.
+    the snapshots of a run resumed across such a change); snapshots with other keys are refused, naming
+    the file, rather than averaged over fewer."""
     if not paths:
         raise ValueError("no checkpoints to average")
     acc: dict[str, torch.Tensor] = {}
     last: dict[str, torch.Tensor] = {}
     for p in paths:
-        sd = load(p)["model"]
+        sd = upgrade_state_dict(load(p)["model"])
+        if last and sd.keys() != last.keys():
+            odd = sorted(set(sd) ^ set(last))
+            raise ValueError(f"{p}: its weights have other keys than {paths[0]} ({', '.join(odd[:4])}"
+                             f"{', ...' if len(odd) > 4 else ''}): snapshots of different models cannot be averaged")
         last = sd
         for k, v in sd.items():
             if v.is_floating_point():

@@ -35,13 +35,16 @@ class HostCounts:
 
 def head_selectors(model: nn.Module) -> dict[str, list[nn.Module]]:
     """The head selectors of ``model`` (modules that say ``selects_heads``, with a ``kl()`` of (tasks, H'),
-    lib.model.attention.head_selection.HeadSelector) per side, the model's top-level module they sit in
-    (``encoder`` / ``decoder``), in module order. Found by that mark, so the criterion never imports the
-    variant; empty for a model without head selection."""
+    lib.model.attention.head_selection.HeadSelector) per side, ``encoder`` / ``decoder`` (the first of
+    the two in the module's name, so a wrapped model's ``module.`` / ``_orig_mod.`` prefix does not
+    matter), in module order. Found by that mark, so the criterion never imports the variant; empty for
+    a model without head selection."""
     sides: dict[str, list[nn.Module]] = {}
     for name, m in model.named_modules():
         if getattr(m, "selects_heads", False):
-            sides.setdefault(name.split(".", 1)[0], []).append(m)
+            parts = name.split(".")
+            side = next((p for p in parts if p in ("encoder", "decoder")), parts[0])
+            sides.setdefault(side, []).append(m)
     return sides
 
 

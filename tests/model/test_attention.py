@@ -83,9 +83,10 @@ def test_a_decoder_variant_registers_with_the_same_decorator(monkeypatch):
 
 
 def test_a_variant_module_in_the_package_is_found_by_its_kind_without_a_table(tmp_path):
-    """A kind not registered yet makes the registry import the package's modules not imported so far, in
-    name order, until it is: a new variant's module is found by being in the package (a fresh process,
-    the package's path extended by a folder holding a toy variant). A plain kind imports no variant."""
+    """A kind not registered yet is found in the package's module sources (``@register_attention("kind")``)
+    and only its module is imported: a new variant's module is found by being in the package (a fresh
+    process, the package's path extended by a folder holding a toy variant). A plain kind imports no
+    variant, and the unknown-kind error imports nothing and names the kinds not loaded yet."""
     import subprocess
     import sys
     from pathlib import Path
@@ -101,17 +102,19 @@ import sys
 import lib.model.attention as pkg
 from lib.model.attention.base import attention_class
 pkg.__path__.append({str(tmp_path)!r})
+variants = {{'lib.model.attention.smoothing', 'lib.model.attention.head_selection', 'lib.model.attention.toy_found'}}
 assert attention_class('local').__name__ == 'LocalAttention'
-assert not {{'lib.model.attention.smoothing', 'lib.model.attention.head_selection'}} & set(sys.modules)
-assert attention_class('head_select').__module__ == 'lib.model.attention.head_selection'
-assert 'lib.model.attention.smoothing' not in sys.modules  # the scan stops at the kind's module
-assert attention_class('found_toy').__module__ == 'lib.model.attention.toy_found'
+assert not variants & set(sys.modules)
 try:
     attention_class('nope', 'decoder')
 except ValueError as e:
-    assert "known: ['full', 'head_select', 'smooth']" in str(e), e
+    assert "known: ['found_toy', 'full', 'head_select', 'smooth']" in str(e), e
 else:
     raise AssertionError('no error')
+assert not variants & set(sys.modules)  # the error imported nothing
+assert attention_class('smooth', 'decoder').__module__ == 'lib.model.attention.smoothing'
+assert variants & set(sys.modules) == {{'lib.model.attention.smoothing'}}  # only the kind's module
+assert attention_class('found_toy').__module__ == 'lib.model.attention.toy_found'
 """
     root = Path(__file__).resolve().parents[2]
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True)

@@ -374,8 +374,11 @@ def test_kl_batch_aggregation_equals_a_loop_over_samples_and_modules() -> None:
         assert float(head_selection_kl_term(per_task, task, n_tokens, weight=lam)) == pytest.approx(direct, rel=1e-12)
         assert float(head_selection_kl_term(per_task, task, n_tokens, weight=0.5)) == pytest.approx(plain, rel=1e-12)
     # it finds exactly the model's selectors, per side in layer order
-    assert {side: [id(m) for m in mods] for side, mods in head_selectors(model).items()} == \
-        {side: [id(m) for _, m in mods] for side, mods in sides.items()}
+    found = {side: [id(m) for _, m in mods] for side, mods in sides.items()}
+    assert {side: [id(m) for m in mods] for side, mods in head_selectors(model).items()} == found
+    wrapped = nn.Module()
+    wrapped.module = model  # a wrapper's prefix (DDP: module., torch.compile: _orig_mod.) keeps the sides
+    assert {side: [id(m) for m in mods] for side, mods in head_selectors(wrapped).items()} == found
     # the ELBO weights C_s / N_t (B4): 2 layers x 8 candidates per side
     assert elbo_kl_weights(model, [100, 200, 400]) == {"encoder": [0.16, 0.08, 0.04], "decoder": [0.16, 0.08, 0.04]}
 
@@ -541,6 +544,11 @@ def test_the_selector_is_composed_and_checkpoints_of_before_still_load() -> None
     again = S2TTransformer(model.cfg).to(F64)
     again.load_state_dict(before)  # strict
     assert all(torch.equal(again.state_dict()[k], v) for k, v in sd.items())
+    # the weight surgery reads such a file too (it does not go through load_state_dict's hook)
+    fresh = S2TTransformer(model.cfg).to(F64)
+    assert "layers.0.self_attn.selector.head_logits" in load_encoder(fresh, before).loaded
+    assert torch.equal(fresh.encoder.layers[0].self_attn.selector.head_logits,
+                       model.encoder.layers[0].self_attn.selector.head_logits)
 
 
 # ----------------------------------------------------------------------------------------

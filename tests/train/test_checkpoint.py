@@ -62,6 +62,22 @@ def test_average_state_dicts_is_the_mean(tmp_path: Path) -> None:
         ckpt.average_state_dicts([])
 
 
+def test_averaging_renames_keys_of_earlier_code_and_refuses_other_models(tmp_path: Path) -> None:
+    """A run resumed across a change of key names (head selection's logits, once ``<attn>.head_logits``,
+    now ``<attn>.selector.head_logits``) averages its snapshots of both kinds over all of them; snapshots
+    whose keys differ otherwise are refused, naming the file, instead of averaged over fewer."""
+    new = "encoder.layers.0.self_attn.selector.head_logits"
+    old = "encoder.layers.0.self_attn.head_logits"
+    a, b = {new: torch.ones(2, 3), "w": torch.zeros(2)}, {old: 3 * torch.ones(2, 3), "w": torch.ones(2)}
+    ckpt.save(tmp_path / "a.pt", {"model": a})
+    ckpt.save(tmp_path / "b.pt", {"model": b})
+    avg = ckpt.average_state_dicts([tmp_path / "b.pt", tmp_path / "a.pt"])
+    assert set(avg) == {new, "w"} and torch.equal(avg[new], 2 * torch.ones(2, 3))
+    ckpt.save(tmp_path / "c.pt", {"model": {"w": torch.ones(2)}})
+    with pytest.raises(ValueError, match=r"c\.pt: its weights have other keys .*selector\.head_logits"):
+        ckpt.average_state_dicts([tmp_path / "a.pt", tmp_path / "c.pt"])
+
+
 def test_truncated_or_corrupt_or_missing_file_is_named(tmp_path: Path) -> None:
     good = tmp_path / "good.pt"
     ckpt.save(good, {"model": _state(3)})

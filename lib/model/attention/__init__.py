@@ -5,7 +5,7 @@
 the same core with cross-attention, the causal mask and an incremental cache; ``smooth`` and
 ``head_select`` register a decoder class each, with the same decorator). Importing this package
 imports the plain kinds; a variant's module is imported by the code that uses it, or on demand when a
-spec names a kind not registered yet (``base.load_variant`` finds it among the package's modules).
+spec names a kind not registered yet (``base.load_variant`` finds its module among the package's sources).
 Each name below is re-exported.
 
 Every encoder layer owns one ``SelfAttention`` module built from a small spec dict
@@ -152,6 +152,7 @@ __all__ = [
     "AttentionOutput",
     "FullAttention",
     "HeadSelector",
+    "compose_selector",
     "HeadSelectionAttention",
     "HeadSelectionMultiheadAttention",
     "MultiheadAttention",

@@ -8,9 +8,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-import pkgutil
+import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, TypeVar
 
 import torch
@@ -293,26 +294,37 @@ def registered_kinds(role: str = "encoder") -> list[str]:
     return sorted(kind for kind, r in ATTENTION_VARIANTS if r == role)
 
 
-def load_variant(kind: str | None = None) -> None:
-    """Make ``kind`` registered if a module of this package defines it: a variant registers when its
-    module is imported, and only the stages that train a variant import it (so the DVC deps of the
-    baseline's stages list no variant code, and an edit to a variant retrains no baseline). A process
-    that meets a kind not registered yet (a spec, or a model file's config, naming it) imports this
-    package's modules not imported so far, in name order, until the kind is registered (None: all of
-    them). There is no table of variants to extend: a new variant's module is found by being in the
-    package."""
-    def registered() -> bool:
-        return kind is not None and any(k == kind for k, _ in ATTENTION_VARIANTS)
+#: A line starting ``@register_attention("kind")`` in a module's source (a class decorator at module
+#: level, not an example in a docstring): how the registry finds a kind's module without importing it.
+_REGISTERS = re.compile(r"""^@register_attention\(\s*["']([^"']+)["']\s*\)""", re.MULTILINE)
 
-    if registered():
+
+def unloaded_kinds() -> dict[str, str]:
+    """``{kind: module}`` for every kind that a module of this package not imported yet registers, read
+    from the modules' sources (nothing is imported). A variant's module registers its kind when it is
+    imported, and only the stages that train a variant import it, so the DVC deps of the baseline's
+    stages list no variant code and an edit to a variant retrains no baseline."""
+    package = importlib.import_module(__name__.rsplit(".", 1)[0])
+    out: dict[str, str] = {}
+    for folder in package.__path__:
+        for path in sorted(Path(folder).glob("[!_]*.py")):
+            module = f"{package.__name__}.{path.stem}"
+            if module not in sys.modules:
+                for kind in _REGISTERS.findall(path.read_text(encoding="utf-8")):
+                    out.setdefault(kind, module)
+    return out
+
+
+def load_variant(kind: str) -> None:
+    """Import the module that registers ``kind`` when the kind is not registered yet: a process that
+    meets it in a spec, or in a model file's config, without having imported its module finds it among
+    the package's modules (:func:`unloaded_kinds`). There is no table of variants to extend; a new
+    variant's module is found by being in this package (lib/model/attention/)."""
+    if any(k == kind for k, _ in ATTENTION_VARIANTS):
         return
-    package = __name__.rsplit(".", 1)[0]
-    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
-        name = f"{package}.{info.name}"
-        if name not in sys.modules:
-            importlib.import_module(name)
-            if registered():
-                return
+    module = unloaded_kinds().get(kind)
+    if module is not None:
+        importlib.import_module(module)
 
 
 def attention_class(kind: str, role: str = "encoder") -> type[SelfAttention]:
@@ -321,8 +333,9 @@ def attention_class(kind: str, role: str = "encoder") -> type[SelfAttention]:
     load_variant(kind)
     cls = ATTENTION_VARIANTS.get((kind, role))
     if cls is None:
-        load_variant()  # every module of the package, so that the message names every kind
-        known = registered_kinds(role)
+        # the kinds registered for this role, and those of the package's modules not imported (the
+        # on-demand variants, which register a class for each role)
+        known = sorted(set(registered_kinds(role)) | set(unloaded_kinds()))
         where = "" if role == "encoder" else f" for the {role} role"
         raise ValueError(f"unknown attention type {kind!r}{where}; known: {known}")
     return cls
