@@ -183,8 +183,8 @@ def summary_lines(root: Path) -> list[str]:
         gap, half = flat.get(f"{pair}/local_minus_baseline/bleu"), flat.get(f"{pair}/local_minus_baseline/bleu_ci95")
         if isinstance(gap, (int, float)):  # the mean of the per-seed differences, with its interval over seeds
             line += f", local − baseline {gap:+.2f}"
-            if isinstance(half, (int, float)):
-                line += f" [{gap - half:+.2f}, {gap + half:+.2f}]"
+            if isinstance(half, (int, float)):  # as the metrics hold them: endpoints recomputed from the
+                line += f" ± {half:.2f}"  # rounded mean and half-width could miss the report's by 0.01
         windows = _local_windows(root / "metrics" / "windows" / f"{pair}.json")
         if windows:
             first, last, values = windows

@@ -166,7 +166,7 @@ def _layout(root: Path, windows: bool = True, report: bool = True) -> Path:
 def test_summary_names_the_report_and_each_pairs_bleu_and_windows(tmp_path: Path) -> None:
     lines = _progress.summary_lines(_layout(tmp_path))
     assert lines == ["report: reports/report.md",
-                     "  en-de: BLEU baseline 76.37, local 76.76, local − baseline +0.39 [-1.11, +1.89]; "
+                     "  en-de: BLEU baseline 76.37, local 76.76, local − baseline +0.39 ± 1.50; "
                      "Algorithm 1 windows, layers 3-5: 1 5 15",
                      "  en-it: BLEU baseline 81.00, local 80.93, local − baseline -0.07"]
 
