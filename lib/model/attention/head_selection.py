@@ -381,9 +381,11 @@ class HeadSelector(nn.Module):
         return ctx, weights
 
 
-def _upgrade_head_logits_key(state_dict: dict, prefix: str, *args) -> None:
+def _upgrade_head_logits_key(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
     """Load-state-dict pre-hook of a selecting attention: a checkpoint written while φ was the
-    attention's own parameter (``<attn>.head_logits``) loads into ``<attn>.selector.head_logits``."""
+    attention's own parameter (``<attn>.head_logits``) loads into ``<attn>.selector.head_logits``. The
+    same rename as ``lib.model.checkpoint.upgrade_state_dict``, which serves code that reads weights
+    without ``load_state_dict`` (and cannot import this module: the baseline's stages never do)."""
     old, new = prefix + "head_logits", prefix + "selector.head_logits"
     if old in state_dict and new not in state_dict:
         state_dict[new] = state_dict.pop(old)
@@ -396,7 +398,7 @@ def compose_selector(host: nn.Module, selector: HeadSelector) -> HeadSelector:
     rest = {name: m for name, m in host._modules.items() if name != "selector"}
     host._modules.clear()
     host._modules.update({"selector": selector, **rest})
-    host._register_load_state_dict_pre_hook(_upgrade_head_logits_key)
+    host.register_load_state_dict_pre_hook(_upgrade_head_logits_key)
     return selector
 
 
