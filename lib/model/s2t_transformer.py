@@ -244,6 +244,11 @@ class S2TTransformerEncoder(nn.Module):
         if self.ctc_proj is not None and cfg.ctc_zero_init:  # drawn as usual first: the other weights are the same
             nn.init.zeros_(self.ctc_proj.weight)
 
+    def output_lengths(self, feat_lengths: Tensor) -> Tensor:
+        """The encoder's output lengths (B,) for input frame lengths (B,): the subsampler's, on the
+        lengths' device (a host tensor gives host lengths, with no wait for the GPU)."""
+        return subsampled_lengths(feat_lengths, len(self.subsample.conv_layers))
+
     def embed(self, feats: Tensor, feat_lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The two parts of the first layer's input, before dropout: ``content`` (B, N, d) =
         embed_scale * [LN](subsampler(feats)) and ``pos`` (B, N, d) sinusoidal positions (zero on
@@ -287,7 +292,7 @@ class S2TTransformerEncoder(nn.Module):
         path = self.packing_path(content, need_weights)
         if path is not None:
             host = list(feat_lengths_host) if feat_lengths_host is not None else feat_lengths.tolist()
-            n_lengths = subsampled_lengths(torch.tensor(host, dtype=torch.long), len(self.subsample.conv_layers))
+            n_lengths = self.output_lengths(torch.tensor(host, dtype=torch.long))
             packing = Packing.build(n_lengths.tolist(), content.shape[1], content.device, path)
             return self._forward_packed(content, pos, padding_mask, lengths, packing, task)
         x = self.dropout(content + pos)

@@ -22,15 +22,28 @@ __all__ = ["Criterion", "HostCounts", "head_selection_kl_term", "head_selectors"
 @dataclass(frozen=True)
 class HostCounts:
     """What the loss needs to know about a batch as host numbers, read before the batch moves to the GPU
-    (reading them from device tensors would wait for the GPU): its frame lengths and its target tokens."""
+    (reading them from device tensors would wait for the GPU): its frame lengths, its target tokens and
+    (for CTC) each target's length. ``target_lengths`` None: CTC reads its lengths from the batch (a
+    copy to the host inside ``F.ctc_loss``, once per batch on CUDA)."""
 
     feat_lengths: list[int]
     n_target_tokens: int
+    target_lengths: list[int] | None = None
 
     @staticmethod
     def of(batch: Batch) -> "HostCounts":
         """From a batch whose tensors are on the host (a sync when they are not)."""
-        return HostCounts([int(x) for x in batch.feat_lengths.tolist()], int(batch.target_lengths.sum()))
+        target_lengths = [int(x) for x in batch.target_lengths.tolist()]
+        return HostCounts([int(x) for x in batch.feat_lengths.tolist()], sum(target_lengths), target_lengths)
+
+    def ctc_lengths(self, encoder: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """CTC's input and target lengths as CPU tensors (``encoder.output_lengths`` of the frame lengths,
+        and the targets' lengths): ``F.ctc_loss`` copies device lengths to the host, which waits for
+        the GPU; host ones it uses as they are. The same numbers as the device's, so the same loss."""
+        if self.target_lengths is None:
+            return None
+        return (encoder.output_lengths(torch.tensor(self.feat_lengths, dtype=torch.long)),
+                torch.tensor(self.target_lengths, dtype=torch.long))
 
 
 def head_selectors(model: nn.Module) -> dict[str, list[nn.Module]]:
@@ -121,12 +134,14 @@ class Criterion(nn.Module):
             # CTC is summed over labels without eos; rescale so both terms are per target token, by the
             # batch's tokens / labels. A folded batch applies each utterance the factor of the batch it
             # came from, as accumulating those batches would (lib.train.loop.merge_batches).
+            lengths = host.ctc_lengths(self.model.encoder) if host is not None else None
+            enc_lengths, target_lengths = lengths or (enc.lengths, batch.target_lengths)
             if batch.ctc_scale is None:
-                c = ctc_loss(enc.ctc_logits, enc.lengths, batch.target, batch.target_lengths, blank=BOS_ID)
+                c = ctc_loss(enc.ctc_logits, enc_lengths, batch.target, target_lengths, blank=BOS_ID)
                 labels = n_tokens - len(batch.ids)
                 loss = loss + self.ctc_weight * c * n_tokens / max(1, labels)
             else:
-                per = ctc_loss(enc.ctc_logits, enc.lengths, batch.target, batch.target_lengths, blank=BOS_ID,
+                per = ctc_loss(enc.ctc_logits, enc_lengths, batch.target, target_lengths, blank=BOS_ID,
                                reduction="none")
                 c = per.sum()
                 loss = loss + self.ctc_weight * (per * batch.ctc_scale.to(per.dtype)).sum()

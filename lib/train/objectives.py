@@ -108,6 +108,8 @@ def ctc_loss(ctc_logits: Tensor, enc_lengths: Tensor, target: Tensor, target_len
     Utterances whose encoder output is shorter than the label sequence contribute 0 (zero_infinity).
     The padded targets go to CTC as they are (each row read up to its length, the eos and padding
     past it ignored): no host read per utterance, and the same bits as the concatenated labels on a CPU.
+    ``F.ctc_loss`` reads both length vectors on the host: with CUDA logits, lengths given as CPU tensors
+    (lib.train.criterion.HostCounts.ctc_lengths) spare the copy that would wait for the GPU.
     """
     lprobs = F.log_softmax(ctc_logits.float(), dim=-1).transpose(0, 1)  # (N, B, V)
     lengths = target_lengths - 1  # drop eos

@@ -228,10 +228,51 @@ def test_criterion_host_counts_and_parts():
     loss, parts = crit(b)
     assert isinstance(parts["ce"], float) and isinstance(parts["ctc"], float)
     host = HostCounts.of(b)
-    assert host == HostCounts([50, 47, 30], 15)
+    assert host == HostCounts([50, 47, 30], 15, b.target_lengths.tolist())
     crit.host_parts = False
     loss2, parts2 = crit(b, host)
     assert torch.equal(loss, loss2) and isinstance(parts2["ce"], torch.Tensor) and parts2["ce"].item() == parts["ce"]
+    assert parts2["ctc"].item() == parts["ctc"]
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_ctc_reads_its_lengths_from_the_host_counts(monkeypatch, fold):
+    """With host counts, CTC gets its length vectors as CPU tensors built from them (F.ctc_loss copies
+    device lengths to the host, a wait for the GPU on CUDA), equal to the encoder's own lengths, and the
+    loss and gradients are those of the device lengths, bit for bit; folded batches too."""
+    import lib.train.objectives as objectives
+
+    cfg = model_config("tiny", vocab_size=11, ctc_vocab_size=11)
+    torch.manual_seed(0)
+    model = S2TTransformer(cfg).double().train()
+    b = merge_batches(_batches()) if fold else _batches()[0]
+    seen = []
+    real = objectives.F.ctc_loss
+
+    def spy(lprobs, target, input_lengths, target_lengths, **kw):
+        seen.append((input_lengths, target_lengths))
+        return real(lprobs, target, input_lengths, target_lengths, **kw)
+
+    monkeypatch.setattr(objectives.F, "ctc_loss", spy)
+    encoded = []  # each forward's encoder lengths, the device tensor CTC would otherwise get
+    model.encoder.register_forward_hook(lambda module, args, output: encoded.append(output.lengths))
+    out = []
+    for host in (None, HostCounts.of(b)):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)  # the same dropout draws
+        loss, _ = Criterion(model, 0.1, 0.3)(b, host)
+        loss.backward()
+        out.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (dev_in, dev_tgt), (host_in, host_tgt) = seen
+    enc_lengths = model.encoder.output_lengths(b.feat_lengths)
+    assert torch.equal(host_in, enc_lengths) and torch.equal(host_tgt, b.target_lengths - 1)
+    assert torch.equal(dev_in, host_in) and torch.equal(dev_tgt, host_tgt)
+    # the host call's lengths are built from the host counts, not the encoder's (on CUDA those are on the card)
+    assert dev_in is encoded[0] and host_in is not encoded[1] and host_in.data_ptr() != encoded[1].data_ptr()
+    assert torch.equal(out[0][0], out[1][0])
+    assert out[0][1].keys() == out[1][1].keys()
+    for name in out[0][1]:
+        assert torch.equal(out[0][1][name], out[1][1][name]), name
 
 
 def _imports(path: Path) -> set[str]:
@@ -281,13 +322,16 @@ def test_cuda_folded_gradient_equals_accumulated_fp32():
 
 @CUDA
 @pytest.mark.parametrize("fold", [False, True])
-def test_cuda_training_step_has_no_sync_per_batch(fold):
-    """The batches' forward and backward (bf16 autocast, packed encoder where FA2 is usable) run with
-    torch.cuda.set_sync_debug_mode("error"): nothing waits for the GPU until _read_parts."""
-    cfg = model_config("tiny", vocab_size=11, encoder_attention=[{"type": "full"}, {"type": "local", "window": 3}])
+@pytest.mark.parametrize("ctc_weight", [0.0, 0.3])
+def test_cuda_training_step_has_no_sync_per_batch(fold, ctc_weight):
+    """The batches' forward and backward (bf16 autocast, packed encoder where FA2 is usable; with and
+    without CTC, whose lengths come from the host counts) run with torch.cuda.set_sync_debug_mode("error"):
+    nothing waits for the GPU until _read_parts."""
+    cfg = model_config("tiny", vocab_size=11, ctc_vocab_size=11,
+                       encoder_attention=[{"type": "full"}, {"type": "local", "window": 3}])
     torch.manual_seed(0)
     model = S2TTransformer(cfg).cuda().train()
-    crit = Criterion(model, 0.1, 0.0)
+    crit = Criterion(model, 0.1, ctc_weight)
     crit.host_parts = False
     batches = _batches(torch.float32)
     tokens = torch.tensor(float(sum(b.n_target_tokens for b in batches))).to("cuda", non_blocking=True)
