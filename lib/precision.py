@@ -28,7 +28,9 @@ import torch
 
 from lib.params import AMP_MODES
 
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# autocast's dtype per resolved ``amp``; None: autocast off (``fp64`` runs a float64 model instead:
+# lib.train.run.execute converts it, and the model casts its input features to its own dtype)
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": None}
 
 # oneDNN keeps the kernels it builds per shape in a cache of 1024 by default. A bf16 training run on
 # CPU sees new batch shapes every update and fills it within ~30 updates; from then on it rebuilds

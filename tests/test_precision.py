@@ -46,6 +46,18 @@ def test_autocast_context_matches_the_precision():
         assert (x @ x).dtype == torch.bfloat16
     with precision.autocast(torch.device("cpu"), "none"):
         assert (x @ x).dtype == torch.float32
+    with precision.autocast(torch.device("cpu"), "fp64"):  # no autocast: the fp64 model computes in fp64
+        assert (x.double() @ x.double()).dtype == torch.float64 and (x @ x).dtype == torch.float32
+
+
+def test_fp64_is_taken_as_given_and_never_measured(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCALITY_ST_CACHE", str(tmp_path))
+    calls = _fake_probe(monkeypatch, fp32=0.2, bf16=0.1)
+    for device in ("cpu", "cuda"):
+        assert precision.resolve_amp("fp64", torch.device(device)) == "fp64"
+    assert train_precision.resolve_train_amp("fp64", torch.device("cpu"), {}, 100, probe_batches=_three) == "fp64"
+    assert precision.resolve_padding("auto", "auto", "fp64", torch.device("cpu")) == (1, 1)
+    assert calls == []
 
 
 # --- amp: auto for training: measured once per machine, model and data, then cached -------------

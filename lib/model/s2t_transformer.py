@@ -138,8 +138,10 @@ class Conv1dSubsampler(nn.Module):
         )
 
     def forward(self, feats: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, T, n_mels), (B,) -> (B, N, d), (B,) subsampled lengths."""
-        x = feats.transpose(1, 2)  # (B, C, T)
+        """(B, T, n_mels), (B,) -> (B, N, d), (B,) subsampled lengths. The features are cast to the
+        convolutions' dtype (the corpus stores float32; a float64 model, ``amp: fp64``, takes them too;
+        under autocast the weights stay float32, so nothing changes there)."""
+        x = feats.transpose(1, 2).to(self.conv_layers[0].weight.dtype)  # (B, C, T)
         for conv in self.conv_layers:
             x = x.masked_fill(lengths_to_padding_mask(lengths, x.size(-1))[:, None, :], 0.0)
             x = F.glu(conv(x), dim=1)

@@ -124,8 +124,9 @@ def _check_repo_relative(value: str, key: str) -> None:
 
 #: Metrics a run may select its best checkpoint by, and whether lower is better.
 LOWER_IS_BETTER = {"loss": True, "nll": True, "wer": True, "bleu": False, "chrf": False}
-#: Precision modes of ``train_*.amp`` (lib/precision.py resolves ``auto`` per device).
-AMP_MODES = ("none", "bf16", "fp16", "auto", "probe")
+#: Precision modes of ``train_*.amp`` (lib/precision.py resolves ``auto`` per device). ``fp64``: the
+#: whole model in float64, no autocast -- for exactness checks (two processes against one), not speed.
+AMP_MODES = ("none", "bf16", "fp16", "auto", "probe", "fp64")
 #: Where the value bias b_V goes in Eq. 3 (lib/analysis/contributions.py).
 VALUE_BIAS_MODES = ("bias", "token")
 LR_SCHEDULERS = ("inverse_sqrt", "polynomial_decay")

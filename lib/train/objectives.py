@@ -8,13 +8,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def _at_least_fp32(t: Tensor) -> Tensor:
+    """bf16 / fp16 logits upcast to fp32 for the loss; fp32 and fp64 ones as they are (an fp64 run's
+    loss stays fp64)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def label_smoothed_nll_loss(logits: Tensor, target: Tensor, epsilon: float, ignore_index: int) -> tuple[Tensor, Tensor]:
     """fairseq's ``label_smoothed_cross_entropy``: summed over non-pad tokens (not averaged).
 
     loss = (1 - eps - eps/(V-1)) * nll + eps/(V-1) * sum_v(-log p_v), as fairseq computes it.
     Returns ``(loss_sum, nll_sum)`` in nats; divide by the token count for per-token values.
     """
-    lprobs = F.log_softmax(logits.float(), dim=-1)  # (B, L, V)
+    lprobs = F.log_softmax(_at_least_fp32(logits), dim=-1)  # (B, L, V)
     target = target.unsqueeze(-1)
     nll = -lprobs.gather(dim=-1, index=target.clamp_min(0))
     smooth = -lprobs.sum(dim=-1, keepdim=True)
@@ -111,7 +117,7 @@ def ctc_loss(ctc_logits: Tensor, enc_lengths: Tensor, target: Tensor, target_len
     ``F.ctc_loss`` reads both length vectors on the host: with CUDA logits, lengths given as CPU tensors
     (lib.train.criterion.HostCounts.ctc_lengths) spare the copy that would wait for the GPU.
     """
-    lprobs = F.log_softmax(ctc_logits.float(), dim=-1).transpose(0, 1)  # (N, B, V)
+    lprobs = F.log_softmax(_at_least_fp32(ctc_logits), dim=-1).transpose(0, 1)  # (N, B, V)
     lengths = target_lengths - 1  # drop eos
     return F.ctc_loss(lprobs, target, enc_lengths, lengths, blank=blank, reduction=reduction, zero_infinity=True)
 

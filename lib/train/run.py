@@ -298,6 +298,8 @@ def execute(task: RunTask, progress: bool = True) -> dict[str, Any]:
     # `auto` padding resolved: the run's config (resume fingerprint, fork state) holds the numbers used
     task.cfg = cfg = dataclasses.replace(task.cfg, pad_frames_to=pad[0], pad_tokens_to=pad[1])
     decode_amp = resolve_amp(cfg.amp, device)
+    if amp == "fp64":  # exactness checks: every weight, activation, gradient and optimizer state in float64
+        model.double()
     tf32 = device.type == "cuda" and amp == "none"
     if tf32:  # fp32 training on a card: its matmuls and convolutions on the tensor cores (TF32)
         torch.backends.cuda.matmul.allow_tf32 = True

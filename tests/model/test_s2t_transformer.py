@@ -107,6 +107,24 @@ def test_shapes_and_lengths():
     assert torch.isfinite(logits).all()
 
 
+def test_encoder_output_lengths_are_the_subsamplers_on_the_lengths_device():
+    model = _model()
+    _, lengths, _ = _batch()
+    assert model.encoder.output_lengths(lengths).tolist() == [11, 6, 3] == model.encode(*_batch()[:2]).lengths.tolist()
+
+
+def test_a_float64_model_takes_the_corpus_float32_features():
+    """amp: fp64 converts the model, not the data: the subsampler casts the features to its dtype, so
+    the fp64 model's output is the fp32 model's to fp32 rounding, in float64, CTC head included."""
+    model32 = _model(ctc_vocab_size=V)
+    model64 = _model(ctc_vocab_size=V).double()
+    feats, lengths, tokens = _batch()
+    assert feats.dtype == torch.float32
+    out64, out32 = model64(feats, lengths, tokens), model32(feats, lengths, tokens)
+    assert out64.dtype == torch.float64 and model64.encode(feats, lengths).ctc_logits.dtype == torch.float64
+    torch.testing.assert_close(out64.float(), out32, rtol=1e-4, atol=1e-5)
+
+
 def test_need_weights_returns_every_layer():
     model = _model(encoder_layers=3)
     feats, lengths, _ = _batch()

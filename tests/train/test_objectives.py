@@ -308,3 +308,21 @@ def test_ctc_start_out_of_range_is_named(bad: dict) -> None:
 
     with pytest.raises(ValueError, match=r"train_asr\.ctc_start_updates"):
         TrainConfig(**{"max_updates": 10, "ctc_weight": 0.1, **bad}).validate("train_asr")
+
+
+def test_fp64_logits_keep_the_losses_in_fp64_and_low_precision_ones_go_to_fp32():
+    """amp: fp64 (exactness checks): the CE and CTC stay in float64; bf16 logits are upcast to fp32,
+    fp32 ones used as they are (the CPU default's bits)."""
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 7, dtype=torch.float64)
+    target = torch.tensor([[3, 4, 2, 1, 1], [5, 2, 1, 1, 1]])
+    loss64, nll64 = label_smoothed_nll_loss(logits, target, 0.1, 1)
+    assert loss64.dtype == nll64.dtype == torch.float64
+    loss32, _ = label_smoothed_nll_loss(logits.float(), target, 0.1, 1)
+    assert loss32.dtype == torch.float32 and loss64.item() == pytest.approx(loss32.item(), rel=1e-6)
+    assert label_smoothed_nll_loss(logits.bfloat16(), target, 0.1, 1)[0].dtype == torch.float32
+    lengths = torch.tensor([5, 4])
+    ctc64 = ctc_loss(logits, lengths, target, torch.tensor([3, 2]), blank=0)
+    assert ctc64.dtype == torch.float64
+    assert ctc64.item() == pytest.approx(ctc_loss(logits.float(), lengths, target, torch.tensor([3, 2]), blank=0).item(),
+                                         rel=1e-6)
