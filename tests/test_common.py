@@ -31,8 +31,12 @@ run_stage(main)
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signal_cleans_up_and_exits_with_one_line(tmp_path: Path, sig: signal.Signals, code: int) -> None:
     out = tmp_path / "out"
+    # SIGINT at its default in the child, whatever this process inherited: a shell starts background
+    # jobs (`.ci/run &`) with SIGINT ignored, and Python then keeps it ignored instead of raising
+    # KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-c", _STAGE, str(out)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         tmp = Path(proc.stdout.readline().strip())
         assert tmp.is_dir() and tmp.parent == tmp_path
