@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from lib.io import atomic_write_bytes
+from lib.model.attention.base import renamed_parameter_key
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer
 
 
@@ -93,13 +94,13 @@ def model_from_state(state: dict[str, Any], *, device: str | torch.device = "cpu
 def upgrade_state_dict(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
     """A model state dict with the keys of earlier versions of this code renamed to today's, for code
     that reads weights without ``load_state_dict`` (snapshot averaging, the weight surgery below; a
-    module's ``load_state_dict`` upgrades them itself): head selection's logits, once the attention's own
-    ``<attn>.head_logits``, are ``<attn>.selector.head_logits`` (lib.model.attention.head_selection).
-    A dict without such keys comes back as it is (the same object)."""
-    legacy = [k for k in state_dict if k.endswith(".self_attn.head_logits")]
-    if not legacy:
+    module's ``load_state_dict`` upgrades them itself), by the one rule of
+    :func:`lib.model.attention.base.renamed_parameter_key`. A dict without such keys comes back as it is
+    (the same object)."""
+    renamed = {k: new for k in state_dict if (new := renamed_parameter_key(k)) is not None}
+    if not renamed:
         return state_dict
-    return {(k[: -len("head_logits")] + "selector.head_logits" if k in legacy else k): v for k, v in state_dict.items()}
+    return {renamed.get(k, k): v for k, v in state_dict.items()}
 
 
 def rebuilt_with(model: S2TTransformer, **config: Any) -> S2TTransformer:

@@ -551,6 +551,33 @@ def test_the_selector_is_composed_and_checkpoints_of_before_still_load() -> None
                        model.encoder.layers[0].self_attn.selector.head_logits)
 
 
+def test_the_load_hook_and_the_model_file_rename_by_one_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The selecting attention's load hook and lib.model.checkpoint.upgrade_state_dict (averaging, weight
+    surgery) ask the same function for a key's new name: a rule changed there reaches both."""
+    from lib.model import checkpoint
+    from lib.model.attention import base, head_selection
+
+    assert base.renamed_parameter_key("module.encoder.layers.0.self_attn.head_logits") == \
+        "module.encoder.layers.0.self_attn.selector.head_logits"
+    assert base.renamed_parameter_key("encoder.layers.0.self_attn.selector.head_logits") is None
+    assert base.renamed_parameter_key("encoder.layers.0.self_attn.q_proj.weight") is None
+    model = _model(enc="subset", dec="group")
+    before = {k.replace(".selector.head_logits", ".head_logits"): v for k, v in model.state_dict().items()}
+    asked: list[str] = []
+
+    def rule(key: str) -> str | None:
+        asked.append(key)
+        return base.renamed_parameter_key(key)
+
+    monkeypatch.setattr(head_selection, "renamed_parameter_key", rule)
+    S2TTransformer(model.cfg).to(F64).load_state_dict(before)
+    assert "encoder.layers.0.self_attn.head_logits" in asked and "decoder.layers.1.self_attn.head_logits" in asked
+    asked.clear()
+    monkeypatch.setattr(checkpoint, "renamed_parameter_key", rule)
+    assert set(checkpoint.upgrade_state_dict(before)) == set(model.state_dict())
+    assert set(asked) == set(before)
+
+
 # ----------------------------------------------------------------------------------------
 # 9. Expanded ASR init + group selection reproduces the ASR encoder; parameter count
 # ----------------------------------------------------------------------------------------

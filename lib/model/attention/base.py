@@ -377,6 +377,19 @@ def variant_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(name, p) for name, p in model.named_parameters() if isinstance(p, VariantParameter)]
 
 
+def renamed_parameter_key(key: str) -> str | None:
+    """Today's name of an attention parameter's state-dict key that earlier versions of this code wrote,
+    or None for a key of today's: head selection's logits, once the attention's own
+    ``<attn>.head_logits``, are ``<attn>.selector.head_logits`` (a composed selector,
+    lib.model.attention.head_selection). The one rename rule, for the selecting attention's load hook
+    and for code that reads weights without ``load_state_dict``
+    (:func:`lib.model.checkpoint.upgrade_state_dict`); it sits here because the baseline's stages
+    never import the variant's module."""
+    if key.endswith("self_attn.head_logits"):
+        return key[: -len("head_logits")] + "selector.head_logits"
+    return None
+
+
 # Keyword parameters of the base constructor are not spec keys (d_model / n_heads / dropout /
 # rel_pos_max come from the model config; proj_heads is a variant-internal detail).
 _BASE_PARAMS = frozenset(inspect.signature(SelfAttention.__init__).parameters)

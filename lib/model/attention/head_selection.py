@@ -12,7 +12,8 @@ from torch import Tensor, nn
 from lib.model.config import HeadSelectionOptions, odd_window
 from lib.model.attention.full import FullAttention
 from lib.model.attention.local import LocalAttention
-from lib.model.attention.base import AttentionOutput, SelfAttention, VariantParameter, register_attention
+from lib.model.attention.base import (AttentionOutput, SelfAttention, VariantParameter, register_attention,
+                                     renamed_parameter_key)
 from lib.model.attention.decoder import MultiheadAttention
 
 
@@ -383,12 +384,12 @@ class HeadSelector(nn.Module):
 
 def _upgrade_head_logits_key(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
     """Load-state-dict pre-hook of a selecting attention: a checkpoint written while φ was the
-    attention's own parameter (``<attn>.head_logits``) loads into ``<attn>.selector.head_logits``. The
-    same rename as ``lib.model.checkpoint.upgrade_state_dict``, which serves code that reads weights
-    without ``load_state_dict`` (and cannot import this module: the baseline's stages never do)."""
-    old, new = prefix + "head_logits", prefix + "selector.head_logits"
-    if old in state_dict and new not in state_dict:
-        state_dict[new] = state_dict.pop(old)
+    attention's own parameter (``<attn>.head_logits``) loads into ``<attn>.selector.head_logits``, by
+    the rule that ``lib.model.checkpoint.upgrade_state_dict`` also applies (:func:`renamed_parameter_key`)."""
+    for old in [k for k in state_dict if k.startswith(prefix)]:
+        new = renamed_parameter_key(old)
+        if new is not None and new not in state_dict:
+            state_dict[new] = state_dict.pop(old)
 
 
 def compose_selector(host: nn.Module, selector: HeadSelector) -> HeadSelector:
