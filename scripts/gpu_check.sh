@@ -62,7 +62,7 @@ fi
 part tests 110 "$out/tests.log" python3 -m pytest -q -p no:cacheprovider -rs \
   tests/model/test_attention_paths.py tests/train/test_fold_update.py \
   tests/model/test_local_attention.py tests/model/test_attention.py tests/model/test_s2t_transformer.py \
-  tests/decode/test_beam_search.py tests/train/test_objectives.py -k "cuda or attention_paths or fold_update"
+  tests/decode/test_beam_search.py tests/train/test_objectives.py tests/model/test_head_selection.py -k "cuda or attention_paths or fold_update"
 
 # 3. the benchmark (its own budget: 200 s of parts, then it skips the rest)
 part bench 250 "$out/bench.jsonl" python3 benchmarks/gpu.py --budget 200

@@ -77,7 +77,11 @@ def head_selection_kl_term(per_task: dict[str, torch.Tensor], task: torch.Tensor
     ``task`` (B,) long, ``n_tokens`` (B,) target lengths. ``weight`` λ: a float for every side and task,
     or ``{side: float | (tasks,) per task}`` for both sides (e.g. from
     ``lib.train.head_selection.elbo_kl_weights``). A model
-    without head selection (``per_task`` empty) gives 0."""
+    without head selection (``per_task`` empty) gives 0.
+
+    A float λ enters as a Python number and a per-task λ already on K_t's device is used as it is, so
+    that on CUDA the term copies nothing from the host (a copy from pageable memory waits for the GPU;
+    :class:`Criterion` puts a run's per-task weights on the device once)."""
     if not per_task:
         return torch.zeros((), device=n_tokens.device)
     total: torch.Tensor | None = None
@@ -86,9 +90,9 @@ def head_selection_kl_term(per_task: dict[str, torch.Tensor], task: torch.Tensor
         if isinstance(weight, Mapping):
             if side not in weight:
                 raise ValueError(f"head_selection_kl: no weight for side {side!r} (have {sorted(weight)})")
-            lam = torch.as_tensor(weight[side], dtype=k_t.dtype, device=k_t.device)
+            lam: float | torch.Tensor = torch.as_tensor(weight[side], dtype=k_t.dtype, device=k_t.device)
         else:
-            lam = torch.as_tensor(float(weight), dtype=k_t.dtype, device=k_t.device)
+            lam = float(weight)
         term = (lam * n_t * k_t).sum()
         total = term if total is None else total + term
     return total  # type: ignore[return-value]
@@ -118,6 +122,7 @@ class Criterion(nn.Module):
         self.nonpad_loss: bool | None = None
         self.selectors = head_selectors(model)  # the modules whose KL is a loss term
         self.head_selection = bool(self.selectors)
+        self._kl_weight_on: tuple[tuple, dict[str, torch.Tensor]] | None = None  # per-task λ on the KL's device
 
     def forward(self, batch: Batch, host: HostCounts | None = None) -> tuple[torch.Tensor, dict]:
         """Summed loss of one batch: label-smoothed CE (+ ctc_weight * CTC) (+ λ KL), and its parts.
@@ -152,7 +157,20 @@ class Criterion(nn.Module):
             per_task = selection_kl_per_task(self.selectors)  # the modules' KL: computed once per batch
             parts["kl"] = head_selection_kl_term(per_task, batch.task, batch.target_lengths).detach()
             if isinstance(self.kl_weight, dict) or self.kl_weight != 0:
-                loss = loss + head_selection_kl_term(per_task, batch.task, batch.target_lengths, self.kl_weight)
+                loss = loss + head_selection_kl_term(per_task, batch.task, batch.target_lengths,
+                                                     self._kl_weight_like(per_task))
         if self.host_parts:
             return loss, {k: v.item() for k, v in parts.items()}
         return loss, parts
+
+    def _kl_weight_like(self, per_task: dict[str, torch.Tensor]) -> float | dict[str, torch.Tensor]:
+        """``kl_weight``, its per-task lists as tensors on the KL's device and dtype: copied there on the
+        first batch and kept (the weights are fixed for the run), not once per batch."""
+        if not isinstance(self.kl_weight, dict):
+            return self.kl_weight
+        k_t = next(iter(per_task.values()))
+        key = (k_t.device, k_t.dtype)
+        if self._kl_weight_on is None or self._kl_weight_on[0] != key:
+            self._kl_weight_on = (key, {side: torch.as_tensor(w, dtype=k_t.dtype).to(k_t.device)
+                                        for side, w in self.kl_weight.items()})
+        return self._kl_weight_on[1]

@@ -418,6 +418,65 @@ def test_criterion_adds_the_weighted_kl_and_logs_it() -> None:
     assert "kl" not in parts
 
 
+def test_the_kl_weights_reach_the_device_once_per_run_not_once_per_batch() -> None:
+    """A float λ enters the term as a Python number and per-task weights are put on the KL's device on
+    the first batch and kept: on CUDA the term then copies nothing from the host per batch (such a copy
+    waits for the GPU). The loss is the one of a per-batch conversion, bit for bit."""
+    model = _model().train()
+    batch = _fake_batch(torch.tensor([0, 2, 2]))
+    per_task = selection_kl_per_task(head_selectors(model))
+    for w in (0.25, 1.0, 1e-3):
+        as_tensor = sum((torch.as_tensor(w, dtype=k.dtype) * torch.zeros_like(k).index_add_(
+            0, batch.task, batch.target_lengths.to(k)) * k).sum() for k in per_task.values())
+        assert torch.equal(head_selection_kl_term(per_task, batch.task, batch.target_lengths, w), as_tensor)
+    weights = {side: [0.5, 0.25, 2.0] for side in per_task}
+    crit = Criterion(model, 0.1, 0.0, kl_weight=weights)
+    first = crit._kl_weight_like(per_task)
+    assert crit._kl_weight_like(per_task) is first  # kept, not converted again
+    assert all(isinstance(t, torch.Tensor) and t.dtype == per_task[side].dtype for side, t in first.items())
+    torch.manual_seed(2)
+    loss, _ = crit(batch)
+    torch.manual_seed(2)
+    reference = Criterion(model, 0.1, 0.0)(batch)[0] + head_selection_kl_term(
+        selection_kl_per_task(head_selectors(model)), batch.task, batch.target_lengths, weights)
+    assert torch.equal(loss, reference)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("amp", ["fp32", "bf16"])
+def test_cuda_head_selection_training_step_has_no_sync(amp: str) -> None:
+    """A head-selection model's training step on CUDA (both sides selecting, per-task ELBO-style weights,
+    the τ hook between steps) under torch.cuda.set_sync_debug_mode("error"): the draw, the selection,
+    the KL term and the backward wait for nothing; the first step may copy the run's weights over."""
+    from lib.train.criterion import HostCounts
+
+    model = _model(enc="subset", dec="group").float().cuda().train()
+    host_batch = _fake_batch(torch.tensor([0, 2, 2]))
+    host = HostCounts.of(host_batch)
+    batch = host_batch.to("cuda")
+    crit = Criterion(model, 0.1, 0.0, kl_weight={"encoder": [0.5, 0.25, 2.0], "decoder": [1.0, 1.0, 0.5]})
+    crit.host_parts = False
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float32
+
+    def step() -> dict:
+        with torch.autocast("cuda", dtype=dtype, enabled=amp == "bf16"):
+            loss, parts = crit(batch, host)
+        loss.backward()
+        return parts
+
+    step()  # warm-up: kernels, and the weights' one copy to the card
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        set_head_selection_tau(model, 0.7)
+        parts = step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert math.isfinite(float(parts["kl"])) and float(parts["kl"]) > 0
+    phi = model.encoder.layers[0].self_attn.selector.head_logits
+    assert phi.grad is not None and torch.isfinite(phi.grad).all() and phi.grad.abs().sum() > 0
+
+
 # ----------------------------------------------------------------------------------------
 # 7. τ schedule
 # ----------------------------------------------------------------------------------------
