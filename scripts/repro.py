@@ -42,6 +42,11 @@ lets the stages that share the machine pass it, so they fill a core that the las
 would leave idle (80 s at the end of a default run when prepare_multi and corpus_stats still ran
 alone; they share the machine since).
 
+With `data.mustc_root` on a real MuST-C copy nothing reads the demo corpus, so the whole pipeline
+leaves its `corpus` stages out, and the copy's folders are checked for every pair whose `prepare` is
+to run before DVC starts anything (lib.data.corpora.check_corpus): DVC would stop such a stage on its
+missing dependency with "No such file or directory", naming neither the param nor what to set.
+
 `--estimate GROUP=HOURS` runs nothing either: it schedules the whole pipeline by the same rules with
 every stage of those groups taking those hours and the rest none, for the cost of a run not yet made
 (the paper profile's on GPUs, docs/gpu.md).
@@ -83,6 +88,9 @@ class Plan:
     # every other stage runs alone: it uses every core (the shared ASR model, the corpus and
     # prepare worker pools) or is short, and a probe or a 2-thread run beside another is distorted
     shares: set[str] = field(default_factory=set)
+    # pairs whose `prepare` reads a corpus that no stage writes (data.mustc_root on a real copy): their
+    # layout is checked before DVC runs (:func:`corpus_problem`)
+    corpus_checks: list[str] = field(default_factory=list)
 
 
 def plan(root: Path, targets: list[str], force: bool) -> Plan:
@@ -101,7 +109,8 @@ def plan(root: Path, targets: list[str], force: bool) -> Plan:
                 for stage in repo.stage.collect(t):
                     chosen |= {stage} | nx.descendants(graph, stage)
         else:
-            chosen = set(graph.nodes)
+            # the demo corpus only where a stage reads it: with data.mustc_root on a real copy none does
+            chosen = {s for s in graph.nodes if s.addressing.split("@")[0] != "corpus" or nx.ancestors(graph, s)}
         scope = graph.subgraph(chosen)
         if force:
             start = set(scope.nodes)
@@ -118,7 +127,32 @@ def plan(root: Path, targets: list[str], force: bool) -> Plan:
         needs = {s.addressing: {u.addressing for u in sub.successors(s)} for s in sub.nodes}
         downstream = {s.addressing: len(nx.ancestors(sub, s)) for s in sub.nodes}
         shares = {s.addressing for s in sub.nodes if "parallel" in _param_keys(s)}
-    return Plan(order=order, needs=needs, downstream=downstream, shares=shares)
+        corpus_checks = sorted(s.addressing.split("@", 1)[1] for s in sub.nodes
+                               if s.addressing.split("@")[0] == "prepare" and "@" in s.addressing
+                               and not any(u.addressing.split("@")[0] == "corpus" for u in graph.successors(s)))
+    return Plan(order=order, needs=needs, downstream=downstream, shares=shares, corpus_checks=corpus_checks)
+
+
+def corpus_problem(root: Path, pairs: list[str]) -> str | None:
+    """One line for the first of ``pairs`` whose corpus at data.mustc_root would stop `prepare`
+    (lib.data.corpora.check_corpus: a pair's own folder given as the root, a release still packed or
+    one folder down, a missing pair or split); None when their folders are there. DVC would stop
+    such a stage before it runs, on the missing dependency ``<root>/<pair>``, with a message that names
+    neither the param nor what to set."""
+    if not pairs:
+        return None
+    from lib.data.corpora import check_corpus
+    from lib.data.reader import CorpusError
+    from lib.params import load_params
+
+    params = load_params(root / "params.yaml")
+    corpus = Path(params.data.mustc_root)
+    for pair in pairs:
+        try:
+            check_corpus(corpus if corpus.is_absolute() else root / corpus, pair, params.prepare.splits)
+        except CorpusError as e:
+            return f"data.mustc_root ({params.data.mustc_root}): {e}"
+    return None
 
 
 def _param_keys(stage) -> set[str]:
@@ -401,6 +435,9 @@ def main() -> None:
     if args.estimate:
         sys.exit(estimate(plan(root, args.targets, True), dict(args.estimate), jobs))
     p = plan(root, args.targets, args.force)
+    problem = corpus_problem(root, p.corpus_checks)
+    if problem:
+        raise SystemExit(f"error: {problem}")
     if not p.order:
         print("Data and pipelines are up to date.")
         if not args.targets:  # (with targets the report may wait on stages outside them)

@@ -176,8 +176,8 @@ def test_no_tracked_file_outside_tests_spells_a_machine_path() -> None:
     assert not hits, "machine paths in tracked files:\n" + "\n".join(hits[:20])
 
 
-PAPER_RECIPE = """python scripts/params_profile.py paper                      # params.yaml := the paper's (yours kept aside)
-dvc exp run -S data.mustc_root=/path/to/MUSTC_v1.0 prepare  # the data (the root stays set)
+PAPER_RECIPE = """python scripts/params_profile.py paper --mustc-root /path/to/MUSTC_v1.0  # the paper's params, your copy (checked)
+python scripts/repro.py prepare corpus_stats                # the data: features, vocabularies, hours
 make repro                                                  # the rest, one run per GPU side by side
 python scripts/params_profile.py --restore                  # your params.yaml back
 """

@@ -8,6 +8,7 @@ else gets the MuST-C reader's own error (the folder that is missing, the pairs t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from lib.data.mustc import MustcV1Reader
 from lib.data.reader import CorpusError, CorpusReader
@@ -29,6 +30,17 @@ def open_corpus(root: Path, pair: str) -> CorpusReader:
             return reader(root, pair)
     _refuse_known_layouts(root, pair)
     return MustcV1Reader(root, pair)  # its read_split names what is missing
+
+
+def check_corpus(root: Path, pair: str, splits: Sequence[str]) -> CorpusReader:
+    """:func:`open_corpus`, then the folders of ``splits`` checked (nothing is read): what `make repro`
+    (scripts/repro.py) and ``scripts/params_profile.py --mustc-root`` look at before DVC runs. DVC
+    checks a stage's dependencies first, so a wrong root would otherwise stop ``prepare`` with DVC's
+    "No such file or directory" for ``<root>/<pair>``, which names neither data.mustc_root nor what to
+    set."""
+    reader = open_corpus(root, pair)
+    reader.check_layout(splits)
+    return reader
 
 
 def _refuse_known_layouts(root: Path, pair: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import yaml
@@ -225,6 +226,10 @@ class MustcV1Reader(CorpusReader):
 
     def listing_of(self, segment: Segment) -> Path:
         return yaml_path_for(segment.wav)
+
+    def check_layout(self, splits: Sequence[str]) -> None:
+        for split in splits:
+            split_dir(self.root, self.pair, split)
 
     def text_file(self, split: str, lang: str) -> Path:
         return Path(self.root) / self.pair / "data" / split / "txt" / f"{split}.{lang}"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -77,6 +77,10 @@ class CorpusReader(ABC):
     @abstractmethod
     def text_file(self, split: str, lang: str) -> Path:
         """The file that holds ``split``'s text in language ``lang`` (errors about a text line name it)."""
+
+    def check_layout(self, splits: Sequence[str]) -> None:
+        """CorpusError naming what is missing when a split's folders are not there: a cheap look at the
+        folders, nothing is read (:func:`lib.data.corpora.check_corpus`). The default checks nothing."""
 
     def probe_talk(self, wav: Path) -> int:
         return probe_talk(wav, self.sample_rate)

@@ -2,6 +2,7 @@
 puts it back in one command."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,39 @@ def test_switch_keeps_the_users_params_and_restore_puts_them_back(tmp_path: Path
     assert proc.returncode == 1 and "no profile 'papr' in profiles/ (have: paper)" in proc.stderr
     assert (tmp_path / "params.yaml").read_text() == mine
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml", "profiles"]  # no temporary left
+
+
+def _mustc(root: Path, pairs=("en-de", "en-es"), splits=("train", "dev", "tst-COMMON")) -> Path:
+    for pair in pairs:
+        for split in splits:
+            (root / pair / "data" / split / "txt").mkdir(parents=True)
+            (root / pair / "data" / split / "wav").mkdir()
+    return root
+
+
+PROFILE = ("pairs: [en-de, en-es]\ndata:\n  # where MuST-C is\n  mustc_root: data/mustc-demo   # the demo\n"
+           "  prepared_dir: data/prepared\nprepare:\n  splits: [train, dev, tst-COMMON]\n")
+
+
+def test_mustc_root_is_checked_before_the_switch_and_set_with_the_comments_kept(tmp_path: Path) -> None:
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles/paper.yaml").write_text(PROFILE)
+    mine = "data:\n  mustc_root: data/mustc-demo\n"
+    (tmp_path / "params.yaml").write_text(mine)
+    corpus = _mustc(tmp_path / "MUSTC_v1.0")
+    # the pair's own folder: refused with what to set, nothing switched
+    proc = _run(tmp_path, "paper", "--mustc-root", str(corpus / "en-de"))
+    assert proc.returncode == 1, proc.stdout
+    assert f"--mustc-root {corpus / 'en-de'}: " in proc.stderr and "set data.mustc_root to the folder above it" in proc.stderr
+    assert (tmp_path / "params.yaml").read_text() == mine and not (tmp_path / "params.before-profile.yaml").exists()
+    # a split missing: named
+    shutil.rmtree(corpus / "en-es/data/dev")
+    proc = _run(tmp_path, "paper", "--mustc-root", str(corpus))
+    assert proc.returncode == 1 and "en-es/data/dev: split folder 'dev' not found" in proc.stderr, proc.stderr
+    (corpus / "en-es/data/dev/txt").mkdir(parents=True)
+    proc = _run(tmp_path, "paper", "--mustc-root", str(corpus))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "params.yaml").read_text()
+    assert text == PROFILE.replace("mustc_root: data/mustc-demo   # the demo", f'mustc_root: "{corpus}"   # the demo')
+    assert (tmp_path / "params.before-profile.yaml").read_text() == mine
+    assert _run(tmp_path, "--restore").returncode == 0 and (tmp_path / "params.yaml").read_text() == mine

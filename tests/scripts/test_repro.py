@@ -246,3 +246,39 @@ def test_fresh_removes_the_pipelines_resume_state_only(tmp_path) -> None:
         (runs / scratch / ".gitignore").write_text("*\n")
     assert time_repro.pipeline_checkpoints(runs) == [runs / "asr_shared/checkpoints",
                                                      runs / "baseline/en-de/seed1/checkpoints"]
+
+
+def _corpus_project(root: Path, mustc_root: str) -> Path:
+    """A DVC project shaped like the pipeline's start: the demo corpus stage per pair, and `prepare`
+    reading ``${data.mustc_root}/${item.pair}``, with the repository's params.yaml (mustc_root set)."""
+    params = yaml.safe_load((SCRIPTS.parent / "params.yaml").read_text())
+    params["data"]["mustc_root"] = mustc_root
+    make = f'{sys.executable} -c "import os, sys; os.makedirs(sys.argv[1] + \'/data/train\')"'
+    stages = {"corpus": {"matrix": {"pair": "${pairs}"}, "cmd": make + " data/mustc-demo/${item.pair}",
+                         "deps": ["input.txt"], "outs": ["data/mustc-demo/${item.pair}"]},
+              "prepare": {"matrix": {"pair": "${pairs}"},
+                          "cmd": f'{sys.executable} -c "{STAMP.format(sleep=0)}" prepared-${{item.pair}}.out',
+                          "deps": ["${data.mustc_root}/${item.pair}"], "outs": ["prepared-${item.pair}.out"]}}
+    _project(root, stages)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return root
+
+
+def test_a_real_corpus_root_is_checked_before_dvc_runs_and_the_demo_corpus_is_not_built(tmp_path: Path) -> None:
+    """data.mustc_root on a real copy: nothing reads the demo corpus, so `make repro` leaves its stages
+    out; a root `prepare` could not read stops before DVC runs, with the reader's one line naming the
+    param and what to set (DVC's own check would only say "No such file or directory")."""
+    mustc = tmp_path / "MUSTC_v1.0"
+    for pair in ("en-de", "en-es", "en-it"):
+        for split in ("train", "dev", "tst-COMMON"):
+            (mustc / pair / "data" / split / "txt").mkdir(parents=True)
+    demo = _repro(_corpus_project(tmp_path / "demo", "data/mustc-demo"), "--dry")
+    assert demo.returncode == 0 and "corpus@en-de" in demo.stdout and "prepare@en-de" in demo.stdout, demo.stdout + demo.stderr
+    real = _repro(_corpus_project(tmp_path / "real", str(mustc)), "--dry")
+    assert real.returncode == 0, real.stdout + real.stderr
+    assert "corpus@" not in real.stdout and "3 stage(s) to run" in real.stdout and "prepare@en-it" in real.stdout
+    wrong = _repro(_corpus_project(tmp_path / "wrong", str(mustc / "en-de")), "-j", "1")
+    assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+    assert f"error: data.mustc_root ({mustc / 'en-de'}): " in wrong.stderr
+    assert "this is a language pair's folder" in wrong.stderr and "Running stage" not in wrong.stdout
+    assert not list((tmp_path / "wrong").glob("prepared-*.out"))
