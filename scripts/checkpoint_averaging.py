@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -39,17 +38,23 @@ from lib.io import atomic_write_json, atomic_write_text  # noqa: E402
 from lib.model.checkpoint import build_model, read_model_state  # noqa: E402
 from lib.params import load_params  # noqa: E402
 from lib.precision import resolve_amp  # noqa: E402
-from lib.train.checkpoint import average_state_dicts  # noqa: E402
+from lib.stats import mean_std  # noqa: E402
+from lib.train.checkpoint import average_state_dicts, averaged_updates, snapshot_path  # noqa: E402
 from lib.train.run import auto_device  # noqa: E402
 
 SYSTEMS = ("baseline", "local")
 
 
-def snapshots(run: Path) -> list[Path]:
-    snaps = sorted((run / "checkpoints" / "snapshots").glob("update_*.pt"))
-    if not snaps:
-        sys.exit(f"error: {run}/checkpoints/snapshots holds no snapshots (train with train_st.average_last "
-                 "large enough to keep them; see this script's docstring)")
+def snapshots(run: Path, save_every: int, max_updates: int, k: int) -> list[Path]:
+    """The snapshots of the run's last ``k`` saves on its schedule (every ``save_every`` updates and the
+    last), oldest first; exits naming the first one missing (a run that kept fewer, or lost one)."""
+    snap_dir = run / "checkpoints" / "snapshots"
+    snaps = [snapshot_path(snap_dir, u) for u in averaged_updates(save_every, max_updates, k, max_updates)]
+    missing = [p for p in snaps if not p.is_file()]
+    if len(snaps) < k or missing:
+        sys.exit(f"error: k = {k} needs the snapshots of {run}'s last {k} saves, but "
+                 + (f"its schedule has {len(snaps)} saves" if len(snaps) < k else f"{missing[0]} is missing")
+                 + " (train with train_st.average_last large enough to keep them; see this script's docstring)")
     return snaps
 
 
@@ -74,10 +79,9 @@ def main() -> None:
     runs = {(system, seed): ROOT / "runs" / system / args.pair / f"seed{seed}" for system in SYSTEMS for seed in p.seeds}
     if min(args.ks) < 1:
         sys.exit(f"error: --ks must be >= 1, got {args.ks}")
+    schedule = (p.train_st.save_every, p.train_st.max_updates)
     for run in runs.values():  # every run checked before the first (slow) decode
-        kept = len(snapshots(run))
-        if kept < max(args.ks):
-            sys.exit(f"error: k = {max(args.ks)} but {run} kept {kept} snapshots (see this script's docstring)")
+        snapshots(run, *schedule, max(args.ks))
     bleus: dict[tuple[str, int, int], float] = {}
     pvals: dict[tuple[int, int], float] = {}
     for seed in p.seeds:
@@ -85,27 +89,26 @@ def main() -> None:
         for system in SYSTEMS:
             run = runs[system, seed]
             mcfg = read_model_state(run / "model.pt")["model_config"]
-            snaps = snapshots(run)
             for k in args.ks:
+                snaps = snapshots(run, *schedule, k)
                 model = build_model(mcfg).to(device)
-                model.load_state_dict(average_state_dicts(snaps[-k:]))
+                model.load_state_dict(average_state_dicts(snaps))
                 model.eval()
                 hyps[system, k] = translate_dataset(model, test, d.batch_frames, cfg, device, progress=False, amp=amp)
                 bleus[system, seed, k] = round(bleu(hyps[system, k], refs), 2)
-                print(f"{args.pair} {system} seed {seed} k {k} ({snaps[-k].stem}..{snaps[-1].stem}): "
+                print(f"{args.pair} {system} seed {seed} k {k} ({snaps[0].stem}..{snaps[-1].stem}): "
                       f"BLEU {bleus[system, seed, k]}", flush=True)
         for k in args.ks:
             pvals[seed, k] = paired_bootstrap(hyps["baseline", k], hyps["local", k], refs)["p_value"]
-    lines = [f"| k (snapshots averaged) | baseline BLEU | local BLEU | local − baseline | per seed | seeds p < 0.05 |",
+    lines = ["| k (snapshots averaged) | baseline BLEU | local BLEU | local − baseline | per seed | seeds p < 0.05 |",
              "|---|---|---|---|---|---|"]
     for k in args.ks:
         b = [bleus["baseline", s, k] for s in p.seeds]
         loc = [bleus["local", s, k] for s in p.seeds]
         gaps = " ".join(f"{y - x:+.2f}" for x, y in zip(b, loc))
         sig = sum(pvals[s, k] < 0.05 for s in p.seeds)
-        lines.append(f"| {k} | {statistics.fmean(b):.2f} ± {statistics.stdev(b):.2f} | "
-                     f"{statistics.fmean(loc):.2f} ± {statistics.stdev(loc):.2f} | "
-                     f"{statistics.fmean(loc) - statistics.fmean(b):+.2f} | {gaps} | {sig} / {len(p.seeds)} |")
+        (mb, sb), (ml, sl) = mean_std(b), mean_std(loc)  # the std is 0 with one seed
+        lines.append(f"| {k} | {mb:.2f} ± {sb:.2f} | {ml:.2f} ± {sl:.2f} | {ml - mb:+.2f} | {gaps} | {sig} / {len(p.seeds)} |")
     table = "\n".join(lines)
     print(table)
     if args.out is not None:

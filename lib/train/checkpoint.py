@@ -6,8 +6,12 @@ A training run keeps in its checkpoint folder:
 - ``last.pt``: everything needed to resume bit-exactly (model, optimizer, update counter, data
   position, RNG states, fingerprint of the training config);
 - ``best.pt``: model weights with the best dev score so far;
-- ``snapshots/update_<n>.pt``: model weights of the last K saves, averaged into ``avg_last_k.pt``
-  at the end (fairseq's ``average_checkpoints.py``).
+- ``snapshots/update_<n>.pt``: model weights of the last K saves of the schedule (every
+  ``save_every`` updates and the last), averaged into ``avg_last_k.pt`` at the end (fairseq's
+  ``average_checkpoints.py``). Which updates those are follows from the schedule
+  (:func:`averaged_updates`), not from the files that happen to be there: a save off the schedule (a
+  pre-emption's) writes no snapshot, and a snapshot missing at the end stops the run naming it
+  instead of averaging the others.
 
 A ``last.pt`` whose fingerprint differs from the current run's config is never resumed silently:
 the run says which keys differ, moves it aside and starts from scratch.
@@ -90,3 +94,18 @@ def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:
             if v.is_floating_point():
                 acc[k] = acc[k] + v.double() if k in acc else v.double().clone()
     return {k: (acc[k] / len(paths)).to(v.dtype) if k in acc else v for k, v in last.items()}
+
+
+def averaged_updates(save_every: int, max_updates: int, average_last: int, upto: int, start: int = 0) -> list[int]:
+    """The updates whose snapshots a run averages (or keeps, ``upto`` its current update): the last
+    ``average_last`` of the save schedule (every ``save_every`` updates, and ``max_updates``) in
+    ``(start, upto]``; ``start`` is where this run's snapshots begin (0, or the update a fork continued
+    from: the snapshots before it belong to another run)."""
+    saves = list(range(save_every, min(upto, max_updates) + 1, save_every))
+    if upto >= max_updates and max_updates % save_every:
+        saves.append(max_updates)
+    return [u for u in saves if u > start][-average_last:]
+
+
+def snapshot_path(snap_dir: Path, update: int) -> Path:
+    return Path(snap_dir) / f"update_{update:07d}.pt"

@@ -165,10 +165,11 @@ def _gather_rng(world: int) -> list[dict[str, Any]]:
 
 
 def _save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, st: RunState,
-                     resume: Resume, average_last: int, rank: int, world: int,
-                     fold: dict[str, Any] | None = None) -> None:
-    """Rank 0 writes ``snapshots/update_<n>.pt`` then ``last.pt`` (with every rank's RNG state, so all
-    ranks call this) and keeps the newest ``average_last`` snapshots."""
+                     resume: Resume, cfg: TrainConfig, snapshots_from: int | None, rank: int, world: int,
+                     fold: dict[str, Any] | None = None, snapshot: bool = True) -> None:
+    """Rank 0 writes ``snapshots/update_<n>.pt`` (unless ``snapshot`` is False: a save off the
+    schedule, a pre-emption's) then ``last.pt`` (with every rank's RNG state, so all ranks call this),
+    and keeps the snapshots of the schedule's last ``average_last`` saves (:func:`_kept_snapshots`)."""
     rngs = _gather_rng(world)
     if rank != 0:
         return
@@ -176,13 +177,29 @@ def _save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Op
     # Snapshot first, last.pt second: a kill between the two resumes from the previous last.pt
     # and rewrites this snapshot identically, whereas the other order would resume past a
     # snapshot that was never written (and avg_last_k.pt would average the wrong updates).
-    ckpt.save(snap_dir / f"update_{st.update:07d}.pt", {"model": model.state_dict(), "update": st.update})
+    if snapshot:
+        ckpt.save(ckpt.snapshot_path(snap_dir, st.update), {"model": model.state_dict(), "update": st.update})
     state = _training_state(model, optimizer, st, resume, rngs)
     if fold is not None:  # FoldPolicy.state(): what fold_update auto learnt (never set on a CPU)
         state["fold"] = fold
+    if snapshots_from is not None:
+        state["snapshots_from"] = snapshots_from
     ckpt.save_keeping_previous(ckpt_dir / "last.pt", state)
-    for old in sorted(snap_dir.glob("update_*.pt"))[:-average_last]:
-        old.unlink()
+    keep = set(_kept_snapshots(snap_dir, cfg, st.update, snapshots_from))
+    for old in snap_dir.glob("update_*.pt"):
+        if old not in keep:
+            old.unlink()
+
+
+def _kept_snapshots(snap_dir: Path, cfg: TrainConfig, update: int, snapshots_from: int | None) -> list[Path]:
+    """The snapshots a run at ``update`` keeps, and at its end averages: those of the schedule's last
+    ``average_last`` saves after ``snapshots_from`` (:func:`lib.train.checkpoint.averaged_updates`).
+    ``snapshots_from`` None (a ``last.pt`` of earlier code, which did not record it): the newest
+    ``average_last`` files, as that code kept them."""
+    if snapshots_from is None:
+        return sorted(snap_dir.glob("update_*.pt"))[-cfg.average_last:]
+    return [ckpt.snapshot_path(snap_dir, u) for u in
+            ckpt.averaged_updates(cfg.save_every, cfg.max_updates, cfg.average_last, update, snapshots_from)]
 
 
 def _training_state(model: nn.Module, optimizer: torch.optim.Optimizer, st: RunState, resume: Resume,
@@ -365,6 +382,9 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     model.to(device)
     optimizer = make_optimizer(model, cfg)
     st = _restore(resume, model, optimizer, cfg, snap_dir, rank, world)
+    # where this run's snapshots begin: 0 from scratch, the fork's update for a fork (its snapshots
+    # were dropped), else what last.pt recorded (None for a last.pt of earlier code)
+    snapshots_from = 0 if resume.state is None else st.update if resume.fork else resume.state.get("snapshots_from")
     if resume.fork:
         say(f"started from a fork state at update {st.update}")
     elif resume.state is not None:
@@ -474,12 +494,12 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                     _save_fork(ckpt_dir, model, optimizer, st, resume, rank, world)
                 saved = st.update % cfg.save_every == 0 or st.update == cfg.max_updates
                 if saved:
-                    _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg.average_last, rank, world,
+                    _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg, snapshots_from, rank, world,
                                      fold=folding.state())
                 if sigterm.requested(world):  # pre-empted: keep this update, then stop (the same command continues)
                     if not saved:
-                        _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg.average_last, rank, world,
-                                         fold=folding.state())
+                        _save_checkpoint(ckpt_dir, model, optimizer, st, resume, cfg, snapshots_from, rank, world,
+                                         fold=folding.state(), snapshot=False)  # off the schedule
                     raise Preempted(st.update, ckpt_dir / "last.pt")
             if st.group_in_epoch >= len(groups):
                 st.epoch += 1
@@ -488,7 +508,12 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     if pool is not None:
         pool.shutdown(wait=True)
     if rank == 0:
-        snaps = sorted(snap_dir.glob("update_*.pt"))[-cfg.average_last:]
+        snaps = _kept_snapshots(snap_dir, cfg, st.update, snapshots_from)
+        missing = [p.name for p in snaps if not p.is_file()]
+        if missing:
+            raise SystemExit(f"error: {snap_dir}: snapshot {', '.join(missing)} is missing; the run averages the "
+                             f"snapshots of its last {cfg.average_last} saves ({', '.join(p.name for p in snaps)}). "
+                             f"Delete {ckpt_dir} to train the run again")
         ckpt.save(ckpt_dir / "avg_last_k.pt", {"model": ckpt.average_state_dicts(snaps),
                                                "updates": [int(p.stem.split("_")[1]) for p in snaps]})
     return {"updates": st.update, "epochs_started": st.epoch + 1, "best": st.best, "history": st.history,

@@ -191,8 +191,9 @@ def test_killed_run_resumes_to_the_uninterrupted_result(prepared: Path, tmp_path
 def test_sigterm_saves_the_update_it_stopped_after_and_the_same_command_continues(prepared: Path, tmp_path: Path,
                                                                                    uninterrupted) -> None:
     """A pre-emption (SIGTERM) during training: the loop finishes its update, saves last.pt there (off
-    the save_every=2 schedule: no update is lost) and stops with one line; the rerun continues from that
-    update and ends bit-identical to the uninterrupted run."""
+    the save_every=2 schedule: no update is lost, and no snapshot: snapshots follow the schedule) and
+    stops with one line; the rerun continues from that update and ends bit-identical to the
+    uninterrupted run, its average of the last saves included."""
     out_a, state_a, summary_a = uninterrupted
     out_b = tmp_path / "b"
     spec = {"prepared": str(prepared), "out": str(out_b)}
@@ -208,12 +209,16 @@ def test_sigterm_saves_the_update_it_stopped_after_and_the_same_command_continue
             proc.wait()
     assert f"stopped by SIGTERM after update 5; its training state is in {out_b / 'checkpoints' / 'last.pt'}" in log
     assert ckpt.load(out_b / "checkpoints/last.pt")["run_state"]["update"] == 5  # not 4: nothing lost
+    assert sorted(p.name for p in (out_b / "checkpoints/snapshots").iterdir()) == ["update_0000002.pt", "update_0000004.pt"]
 
     log = _run_to_done(spec)
     assert f"resumed from {out_b / 'checkpoints' / 'last.pt'} at update 5" in log
     final_b = torch.load(out_b / "final.pt", weights_only=True)
     assert_same_state(state_a, final_b["model"])
     assert final_b["summary"]["history"] == summary_a["history"]
+    avg_a, avg_b = (ckpt.load(out / "checkpoints/avg_last_k.pt") for out in (out_a, out_b))
+    assert avg_a["updates"] == avg_b["updates"] == [4, 6, 8]  # average_last 3 of the saves 2, 4, 6, 8
+    assert_same_state(avg_a["model"], avg_b["model"])
 
 
 def test_rerunning_a_finished_run_changes_nothing(prepared: Path, tmp_path: Path,
@@ -224,6 +229,27 @@ def test_rerunning_a_finished_run_changes_nothing(prepared: Path, tmp_path: Path
     assert "resumed from" in capsys.readouterr().out
     assert_same_state(m1.state_dict(), m2.state_dict())
     assert s1["history"] == s2["history"] and s2["updates"] == 3
+
+
+def test_a_missing_snapshot_stops_the_average_naming_it(prepared: Path, tmp_path: Path) -> None:
+    """The final average is of the schedule's last average_last saves: a snapshot that is gone (deleted,
+    lost with a disk) stops the run with one line naming it, rather than averaging the others."""
+    overrides = {"max_updates": 4, "save_every": 2, "eval_every": 4, "average_last": 2}
+    _driver.run_training(prepared, tmp_path / "a", train_overrides=overrides)
+    snaps = tmp_path / "a/checkpoints/snapshots"
+    assert sorted(p.name for p in snaps.iterdir()) == ["update_0000002.pt", "update_0000004.pt"]
+    (snaps / "update_0000002.pt").unlink()
+    with pytest.raises(SystemExit, match=r"snapshot update_0000002\.pt is missing; the run averages the snapshots of "
+                                         r"its last 2 saves \(update_0000002\.pt, update_0000004\.pt\)"):
+        _driver.run_training(prepared, tmp_path / "a", train_overrides=overrides)
+
+
+def test_the_save_schedule_names_the_averaged_updates() -> None:
+    assert ckpt.averaged_updates(2, 8, 3, 8) == [4, 6, 8]
+    assert ckpt.averaged_updates(2, 8, 3, 5) == [2, 4]  # at a pre-emption after update 5: nothing off the schedule
+    assert ckpt.averaged_updates(3, 8, 3, 8) == [3, 6, 8]  # the last update is always saved
+    assert ckpt.averaged_updates(2, 8, 3, 8, start=5) == [6, 8]  # a fork from update 5: its own snapshots only
+    assert ckpt.averaged_updates(30, 720, 2, 720) == [690, 720]
 
 
 # ----------------------------------------------------------------------------- stale last.pt
