@@ -24,6 +24,31 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+class InputError(ValueError):
+    """An input file that exists but cannot be read as what it should be (truncated, not JSON, a key
+    missing, a checkpoint torch cannot load). The message names the file, what is wrong and the stage
+    that writes it; stages print it as one line (stages/_common.py ``run_stage``)."""
+
+
+def read_json(path: str | os.PathLike, producer: str | None = None, keys: tuple[str, ...] = ()) -> Any:
+    """A pipeline output's JSON. FileNotFoundError for a missing file and :class:`InputError` for one
+    that is not UTF-8 JSON or lacks one of ``keys``, each naming the file and (``producer``) the stage
+    that writes it, to rerun."""
+    path = Path(path)
+    by = f" (written by the {producer} stage)" if producer else ""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing{by}")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not valid JSON ({e}){by}; rerun {producer or 'the stage that writes it'}") from None
+    missing = [k for k in keys if not isinstance(obj, dict) or k not in obj]
+    if missing:
+        raise InputError(f"{path}: no {', '.join(repr(k) for k in missing)}{by}; rerun "
+                         f"{producer or 'the stage that writes it'} (the file is from another version of it?)")
+    return obj
+
+
 def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from lib.io import InputError  # noqa: E402
 from lib.params import PAIR_PATTERN, ParamError, Params, load_params  # noqa: E402
 
 
@@ -78,7 +79,9 @@ def install_sigterm_handler() -> bool:
 def run_stage(main: Callable[[], None]) -> None:
     """Run a stage's ``main`` with SIGTERM handled like Ctrl-C; an interrupt ends the process with
     one line on stderr and exit code 128 + signal (130 for SIGINT, 143 for SIGTERM, the shell's
-    convention) instead of a traceback: the cleanups have run, there is nothing to debug.
+    convention) instead of a traceback: the cleanups have run, there is nothing to debug. An input
+    file that cannot be read (:class:`lib.io.InputError`: a truncated JSON or checkpoint) ends it with
+    its one line and exit code 1.
 
     Called under ``if __name__ == "__main__":`` only, so a process that re-imports the script
     (multiprocessing's spawn start method) never installs the handler."""
@@ -94,3 +97,6 @@ def run_stage(main: Callable[[], None]) -> None:
               f"error: {script} interrupted by {name}; partial outputs removed (rerun to redo or resume)",
               file=sys.stderr, flush=True)
         sys.exit(128 + signum)
+    except InputError as e:  # a truncated or malformed input file: its message names it and the stage to rerun
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)

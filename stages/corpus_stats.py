@@ -11,7 +11,7 @@ import json
 from _common import ROOT, run_stage, stage_params
 
 from lib import layout
-from lib.io import atomic_write_json
+from lib.io import atomic_write_json, read_json
 from lib.report.corpus_stats import corpus_stats, plot_histograms
 
 
@@ -22,7 +22,7 @@ def main() -> None:
     p = stage_params(args.pair)
     prepared = ROOT / p.data.prepared_dir / args.pair
     stats, arrays = corpus_stats(prepared, list(p.prepare.splits))
-    report = json.loads((prepared / "report.json").read_text(encoding="utf-8"))
+    report = read_json(prepared / "report.json", f"prepare@{args.pair}")
     stats["dropped"] = {split: r.get("dropped", {}) for split, r in report.get("splits", {}).items()}
     plot_histograms(arrays, layout.corpus_plots(ROOT, args.pair), title=f"{args.pair} ({p.data.mustc_root})")
     atomic_write_json(layout.corpus_metrics(ROOT, args.pair), stats)

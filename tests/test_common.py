@@ -57,3 +57,43 @@ def test_every_stage_script_runs_through_run_stage() -> None:
     for script in sorted((REPO / "stages").glob("[!_]*.py")):
         text = script.read_text(encoding="utf-8")
         assert "run_stage(main)" in text and "\n    main()\n" not in text, f"{script.name}: not run via run_stage"
+
+
+_READS = f"""
+import sys
+sys.path.insert(0, {str(REPO / 'stages')!r})
+from _common import run_stage
+from lib.io import read_json
+from lib.model.checkpoint import read_model_state
+
+def main() -> None:
+    if sys.argv[1].endswith(".json"):
+        read_json(sys.argv[1], "train_baseline@en-de-1", keys=("bleu",))
+    else:
+        read_model_state(sys.argv[1], producer="train_baseline@en-de-1")
+
+run_stage(main)
+"""
+
+
+@pytest.mark.parametrize("name, content, says", [
+    ("seed1.json", '{"bleu": 85.5, "ch', "not valid JSON"),
+    ("seed1.json", '{"chrf": 60.1}', "no 'bleu'"),
+    ("model.pt", None, "cannot load checkpoint"),
+])
+def test_a_truncated_or_malformed_input_is_one_line_naming_it_and_the_stage_to_rerun(
+        tmp_path: Path, name: str, content: str | None, says: str) -> None:
+    import torch
+
+    path = tmp_path / name
+    if content is None:  # a model file cut in half, as a disk fault leaves it
+        torch.save({"model": {"w": torch.zeros(1000)}, "model_config": {}}, path)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    else:
+        path.write_text(content)
+    proc = subprocess.run([sys.executable, "-c", _READS, str(path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}: ") and says in lines[0], lines
+    assert "train_baseline@en-de-1" in lines[0]

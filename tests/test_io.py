@@ -75,3 +75,22 @@ def test_atomic_dir_mode_is_what_mkdir_gives(tmp_path: Path) -> None:
         os.umask(old)
     mode = (tmp_path / "out").stat().st_mode & 0o777
     assert mode == 0o755 == (tmp_path / "ref").stat().st_mode & 0o777
+
+
+def test_read_json_names_the_file_the_stage_and_what_is_wrong(tmp_path: Path) -> None:
+    from lib.io import InputError, read_json
+
+    path = tmp_path / "m.json"
+    with pytest.raises(FileNotFoundError, match=r"m\.json: missing \(written by the train_local@en-it-2 stage\)"):
+        read_json(path, "train_local@en-it-2")
+    path.write_text('{"bleu": 1.0, "chrf": 2.0}')
+    assert read_json(path, "x", keys=("bleu", "chrf")) == {"bleu": 1.0, "chrf": 2.0}
+    with pytest.raises(InputError, match=r"m\.json: no 'wer' \(written by the x stage\); rerun x"):
+        read_json(path, "x", keys=("bleu", "wer"))
+    path.write_text('{"bleu": 1.')
+    with pytest.raises(InputError, match=r"m\.json: not valid JSON \(.*\) \(written by the x stage\); rerun x"):
+        read_json(path, "x")
+    path.write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(InputError, match="not valid JSON"):
+        read_json(path)
+    assert issubclass(InputError, ValueError)

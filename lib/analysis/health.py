@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lib.io import read_json
 from lib.analysis.extract import layer_contributions, layer_tensors
 from lib.stats import spearman
 from lib.params import AnalysisParams, HealthParams
@@ -373,7 +374,6 @@ def health_stage(model_path: Any, prepared: Any, role: str, pair: str, *, ap: An
     sentence of ``health.band_split``; Algorithm 1's windows from ``windows_path`` (select_windows'
     windows.json, for the ST model) or computed on the health sentences (the ASR model). Writes the
     full result (``details_path``), the flat metrics and the figure. Returns the full result."""
-    import json
     from pathlib import Path
 
     from lib.model.checkpoint import load_model
@@ -389,9 +389,7 @@ def health_stage(model_path: Any, prepared: Any, role: str, pair: str, *, ap: An
                                     f"(run `dvc repro prepare` first)")
     windows = None
     if windows_path is not None:
-        if not Path(windows_path).is_file():
-            raise FileNotFoundError(f"{windows_path}: missing (written by the select_windows stage)")
-        table = json.loads(Path(windows_path).read_text(encoding="utf-8"))["table"]
+        table = read_json(windows_path, "select_windows", keys=("table",))["table"]
         windows = [int(row["window"]) for row in table[ap.full_layers:]]
     model, meta = load_model(model_path, producer=producer)
     task = meta.get("task", "asr")

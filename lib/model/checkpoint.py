@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lib.io import atomic_write_bytes
+from lib.io import InputError, atomic_write_bytes
 from lib.model.attention.base import renamed_parameter_key
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer
 
@@ -34,15 +34,24 @@ def save(path: str | os.PathLike, state: dict[str, Any]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def load(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True`` (no arbitrary code from pickles)."""
+class CheckpointError(InputError, RuntimeError):
+    """A checkpoint file that torch cannot load (truncated, corrupt). An :class:`lib.io.InputError`, so a
+    stage prints it as one line, and a RuntimeError, as torch's own load errors are."""
+
+
+def load(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
+         producer: str | None = None) -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True`` (no arbitrary code from pickles). An unreadable
+    file raises :class:`CheckpointError` naming it and (``producer``) the stage to rerun."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint not found")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - re-raised with the file named
-        raise RuntimeError(f"{path}: cannot load checkpoint ({e})") from e
+        reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        remedy = f"; rerun `dvc repro -f {producer}` to write it again" if producer else ""
+        raise CheckpointError(f"{path}: cannot load checkpoint ({reason}){remedy}") from e
 
 
 def build_model(model_config: ModelConfig | dict[str, Any]) -> S2TTransformer:
@@ -66,7 +75,7 @@ def read_model_state(path: str | os.PathLike, *, producer: str | None = None,
     if not path.is_file():
         hint = f" (produced by the `{producer}` stage: run `dvc repro {producer}` first)" if producer else ""
         raise FileNotFoundError(f"{path}: model checkpoint not found{hint}")
-    state = load(path, map_location=map_location)
+    state = load(path, map_location=map_location, producer=producer)
     for key in ("model", "model_config"):
         if key not in state:
             raise ValueError(f"{path}: not a model checkpoint (no {key!r} entry; keys: {sorted(state)})")

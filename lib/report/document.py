@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lib import layout, paper
+from lib.io import read_json
 from lib.layout import RunPaths
 from lib.params import Params
 from lib.report.figures import Figures
@@ -49,10 +50,8 @@ def build_report(p: Params, root: Path, figures: Figures | None = None) -> tuple
     for pair in p.pairs:
         wers = {}
         for system, asr_system in (("baseline", "asr"), ("local", "asr_local")):
-            path = RunPaths(root, asr_system, pair).metrics
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: missing; it is written by the train_{asr_system}@{pair} stage")
-            wers[system] = json.loads(path.read_text(encoding="utf-8"))["wer"]
+            wers[system] = read_json(RunPaths(root, asr_system, pair).metrics, f"train_{asr_system}@{pair}",
+                                     keys=("wer",))["wer"]
         flat[f"{pair}/asr_wer"] = wers["baseline"]
         asr_rows.append(f"| {pair} | {wers['baseline']:.2f} | {wers['local']:.2f} |")
 

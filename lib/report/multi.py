@@ -5,7 +5,6 @@ outputs (metrics/variants/multi, data/decoded/variants/multi, metrics/baseline).
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import statistics
 from collections import Counter
@@ -162,7 +161,7 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
         rows[system] = runs
     bilingual = {}
     for pair in pairs:
-        vals = [json.loads(RunPaths(root, "baseline", pair, s).metrics.read_text(encoding="utf-8"))["bleu"]
+        vals = [read_json(RunPaths(root, "baseline", pair, s).metrics, f"train_baseline@{pair}-{s}", keys=("bleu",))["bleu"]
                 for s in mp.seeds if s in seeds and RunPaths(root, "baseline", pair, s).metrics.is_file()]
         bilingual[pair] = vals
     base_avg = statistics.fmean(r["metrics"]["avg_bleu"] for r in rows["baseline"]) if "baseline" in rows else None

@@ -5,12 +5,12 @@ typed in by hand except the paper's published values, which are labelled as such
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from lib import layout
+from lib.io import read_json
 from lib.stats import spearman
 from lib.decode.metrics import paired_bootstrap
 from lib.layout import ST_SYSTEMS, TEST_SPLIT, RunPaths
@@ -18,13 +18,6 @@ from lib.paper import EN_DE_WINDOWS as PAPER_EN_DE_WINDOWS
 from lib.paper import MAIN_DIAGONAL as PAPER_MAIN_DIAGONAL
 from lib.paper import TABLE2 as PAPER_TABLE2
 from lib.stats import Interval, interval, mean_std, paired_interval
-
-
-def read_json(path: Path, producer: str) -> dict:
-    """A pipeline output's JSON; FileNotFoundError naming the file and the stage that writes it."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (written by the {producer} stage)")
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 @dataclass
@@ -53,9 +46,7 @@ def load_scores(root: Path, pair: str, system: str, seeds: Sequence[int]) -> Sys
     bleu, chrf = [], []
     for seed in seeds:
         path = RunPaths(root, system, pair, seed).metrics
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing (written by the train_{system}@{pair}-{seed} stage)")
-        m = json.loads(path.read_text(encoding="utf-8"))
+        m = read_json(path, f"train_{system}@{pair}-{seed}", keys=("bleu", "chrf"))
         bleu.append(float(m["bleu"]))
         chrf.append(float(m["chrf"]))
     return SystemScores(pair, system, list(seeds), bleu, chrf)
@@ -168,10 +159,7 @@ def health_markdown(root: Path, pairs: Sequence[str]) -> str:
     lines = [head, "|" + "---|" * (len(HEALTH_COLUMNS) + 3)]
     for pair in pairs:
         for model in ("asr", "st"):
-            path = layout.health_metrics(root, pair, model)
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: missing (written by the health_{model} stage)")
-            m = json.loads(path.read_text(encoding="utf-8"))
+            m = read_json(layout.health_metrics(root, pair, model), f"health_{model}@{pair}", keys=("summary",))
             s = m["summary"]
             cells = [("–" if s.get(key) is None else fmt.format(s[key])) for key, _, fmt in HEALTH_COLUMNS]
             lines.append(f"| {pair} | {model.upper()} | " + " | ".join(cells) + f" | {m.get('algorithm1_windows', '–')} |")

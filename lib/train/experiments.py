@@ -6,7 +6,6 @@ the local model's per-layer attention, and the shared ASR model adopted per pair
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 from lib.data.dataset import SpeechDataset
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
-from lib.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from lib.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 from lib.layout import SHARED_SYSTEMS, RunPaths, windows_json
 from lib.model import checkpoint as model_file
 from lib.model.s2t_transformer import model_config
@@ -159,7 +158,7 @@ def local_encoder_attention(p: Params, root: Path, pair: str) -> list[dict]:
     path = windows_json(root, pair)
     if not path.is_file():
         raise ValueError(f"{path}: missing; it is written by the select_windows stage (or set local.windows)")
-    spec = json.loads(path.read_text(encoding="utf-8"))["encoder_attention"]
+    spec = read_json(path, f"select_windows@{pair}", keys=("encoder_attention",))["encoder_attention"]
     return validate_spec(spec, n_layers, key=f"{path}: encoder_attention")
 
 
@@ -191,7 +190,7 @@ def share_asr_run(src: RunPaths, dst: RunPaths) -> dict[str, Any]:
             raise FileNotFoundError(f"{path}: missing; it is written by the train_asr stage")
     _adopt_run(src, dst)
     atomic_write_json(dst.timing, {"train_seconds": 0.0, "decode_seconds": 0.0})  # a copy: nothing ran
-    metrics = {**json.loads(src.metrics.read_text(encoding="utf-8")), "asr_pretraining": "shared"}
+    metrics = {**read_json(src.metrics, "train_asr_shared"), "asr_pretraining": "shared"}
     atomic_write_json(dst.metrics, metrics)
     return metrics
 
@@ -212,7 +211,7 @@ def adopt_shared_asr(p: Params, root: Path, pair: str, *, progress: bool = True,
     if "model" not in state:
         raise ValueError(f"{src.model}: not a model ({state.get('unused', 'a placeholder')}); "
                          f"run `dvc repro {stage}` again")
-    shared_metrics = json.loads(src.metrics.read_text(encoding="utf-8"))
+    shared_metrics = read_json(src.metrics, stage)
     spec = spec_from_params(p, root, system, pair)
     device = auto_device()
     amp = resolve_amp(spec.train.amp, device)
