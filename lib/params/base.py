@@ -3,6 +3,7 @@ the value sets the sections share."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -56,16 +57,22 @@ def _check(value: Any, tp: Any, key: str) -> Any:
         return {_check(k, k_tp, f"{key} key"): _check(v, v_tp, f"{key}.{k}") for k, v in value.items()}
     if tp is float:
         # YAML reads "1e-3" as a string and "2" as an int; accept ints and numeric strings for floats.
+        # No param means anything by nan or inf ("nan" would pass every `x <= 0` check after it).
         if isinstance(value, bool):
             raise ParamError(f"{key}: expected a number, got {value!r}")
+        number = None
         if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ParamError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
+        if number is None:
+            raise ParamError(f"{key}: expected a number, got {type(value).__name__} {value!r}")
+        if not math.isfinite(number):
+            raise ParamError(f"{key}: expected a finite number, got {value!r}")
+        return number
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ParamError(f"{key}: expected an integer, got {type(value).__name__} {value!r}")

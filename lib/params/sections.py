@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 
-from lib.params.base import PAIR_PATTERN, VALUE_BIAS_MODES, ParamError, _check_repo_relative
+from lib.params.base import PAIR_PATTERN, VALUE_BIAS_MODES, ParamError, _check, _check_repo_relative
 
 
 def _odd_window(window: Any, what: str) -> int:
@@ -107,6 +108,12 @@ class PrepareParams:
             raise ParamError(f"{prefix}.splits: must include {self.train_split!r}, got {self.splits}")
 
 
+_SCALAR_HINTS = (int, float, bool, str, typing.Optional[int])
+#: ModelConfig fields that count something (sizes, layers, positions): at least 1.
+_POSITIVE_MODEL_KEYS = ("n_mels", "conv_channels", "conv_kernel", "d_model", "n_heads", "ffn_dim", "encoder_layers",
+                        "decoder_layers", "max_source_positions", "max_target_positions")
+
+
 @dataclass(frozen=True)
 class ModelParams:
     """``model``: a named size of lib/model/s2t_transformer.py (``s`` = the paper) plus overrides."""
@@ -124,6 +131,26 @@ class ModelParams:
         unknown = sorted(set(self.overrides) - known)
         if unknown:
             raise ParamError(f"{prefix}.overrides: unknown key(s) {unknown}; known: {sorted(known)}")
+        # each value's type and range here, naming its key (the values themselves are used as written:
+        # they are part of every run's model config)
+        hints = typing.get_type_hints(ModelConfig)
+        for key, value in self.overrides.items():
+            where = f"{prefix}.overrides.{key}"
+            if hints[key] not in _SCALAR_HINTS:
+                continue  # the decoder's attention specs: checked where the model config is built, below
+            _check(value, hints[key], where)
+            if key in _POSITIVE_MODEL_KEYS and value < 1:
+                raise ParamError(f"{where}: must be >= 1, got {value}")
+            if key in ("ctc_layer", "rel_pos_bias") and value < 0:
+                raise ParamError(f"{where}: must be >= 0, got {value}")
+            if key.endswith("dropout") and not 0 <= value < 1:
+                raise ParamError(f"{where}: must be in [0, 1), got {value}")
+        from lib.model.config import model_config
+
+        try:  # what holds between keys (d_model by n_heads, ctc_layer within the layers, the decoder specs)
+            model_config(self.size, **self.overrides)
+        except (TypeError, ValueError) as e:
+            raise ParamError(f"{prefix}.overrides: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -141,6 +168,8 @@ class DecodeParams:
     def validate(self, prefix: str) -> None:
         if self.beam < 1 or self.max_len_b < 1 or self.batch_frames < 1 or self.dev_sentences < 1:
             raise ParamError(f"{prefix}: beam, max_len_b, batch_frames and dev_sentences must be >= 1")
+        if self.max_len_a < 0:
+            raise ParamError(f"{prefix}.max_len_a: must be >= 0, got {self.max_len_a}")
         if self.final_checkpoint not in ("avg_last_k", "best", "last"):
             raise ParamError(f"{prefix}.final_checkpoint: expected avg_last_k, best or last, "
                              f"got {self.final_checkpoint!r}")

@@ -95,7 +95,8 @@ class TrainConfig:
         if self.lr_scheduler not in LR_SCHEDULERS:
             raise ValueError(f"{prefix}.lr_scheduler must be one of {list(LR_SCHEDULERS)}, got {self.lr_scheduler!r}")
         for name in ("max_updates", "max_frames", "update_freq", "eval_every", "save_every", "average_last",
-                     "warmup_updates", "pad_frames_to", "pad_tokens_to", "processes"):
+                     "warmup_updates", "pad_frames_to", "pad_tokens_to", "processes", "max_frames_train",
+                     "max_target_tokens"):
             value = getattr(self, name)
             if name.startswith("pad_") and isinstance(value, str):
                 if value != "auto":
@@ -116,6 +117,12 @@ class TrainConfig:
             raise ValueError(f"{prefix}.encoder_layer_lr_decay must be in (0, 1], got {self.encoder_layer_lr_decay}")
         if self.lr <= 0 or self.clip_norm <= 0 or not 0 <= self.label_smoothing < 1 or self.ctc_weight < 0:
             raise ValueError(f"{prefix}: lr and clip_norm must be > 0, label_smoothing in [0, 1), ctc_weight >= 0")
+        if not 0 <= self.warmup_init_lr <= self.lr:
+            raise ValueError(f"{prefix}.warmup_init_lr must be in [0, lr = {self.lr}], got {self.warmup_init_lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"{prefix}.weight_decay must be >= 0, got {self.weight_decay}")
+        if not all(0 <= b < 1 for b in self.adam_betas) or len(self.adam_betas) != 2:
+            raise ValueError(f"{prefix}.adam_betas must be two numbers in [0, 1), got {list(self.adam_betas)}")
         if self.ctc_start_updates < 0 or (self.ctc_start_updates and not (
                 self.ctc_start_weight > 0 and self.ctc_start_updates < (self.ctc_decay_from or self.max_updates))):
             raise ValueError(f"{prefix}.ctc_start_updates must be 0 (off) or, with ctc_start_weight > 0, below "
