@@ -77,6 +77,7 @@ def test_repo_params_load() -> None:
     (lambda p: p["train_asr"].__setitem__("weight_decay", -1), r"train_asr.weight_decay must be >= 0"),
     (lambda p: p["train_st"].__setitem__("max_target_tokens", -1), r"train_st.max_target_tokens must be >= 1"),
     (lambda p: p["decode"].__setitem__("max_len_a", -1), r"decode.max_len_a: must be >= 0"),
+    (lambda p: p["data"].__setitem__("mustc_root", "~/MUSTC_v1.0"), "data.mustc_root: '~/MUSTC_v1.0': give the path without '~'"),
     (lambda p: p.__setitem__("pairs", []), "pairs: empty"),
     (lambda p: p.__setitem__("seeds", []), "seeds: empty"),
     (lambda p: p.__setitem__("seeds", [1, 2, 2]), "seeds: duplicates"),

@@ -6,6 +6,7 @@ import dataclasses
 import re
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -80,6 +81,11 @@ class DataParams:
 
     def validate(self, prefix: str) -> None:
         _check_repo_relative(self.prepared_dir, f"{prefix}.prepared_dir")
+        if not self.mustc_root.strip():
+            raise ParamError(f"{prefix}.mustc_root: empty")
+        if self.mustc_root.startswith("~"):  # dvc.yaml's ${data.mustc_root}/<pair> dependency is not expanded
+            raise ParamError(f"{prefix}.mustc_root: {self.mustc_root!r}: give the path without '~' (DVC does not "
+                             f"expand it), e.g. {str(Path(self.mustc_root).expanduser())!r}")
 
 
 @dataclass(frozen=True)
