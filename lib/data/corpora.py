@@ -23,6 +23,8 @@ def open_corpus(root: Path, pair: str) -> CorpusReader:
     src, sep, tgt = pair.partition("-")
     if not sep or not src or not tgt:
         raise CorpusError(f"{root / pair}: language pair must look like 'en-de', got {pair!r}")
+    if root.exists() and not root.is_dir():
+        raise CorpusError(f"{root}: a file, not the corpus root folder (data.mustc_root: the folder that holds {pair}/)")
     if not root.is_dir():
         raise CorpusError(f"{root}: corpus root folder does not exist (data.mustc_root)")
     for reader in READERS:

@@ -54,6 +54,9 @@ def test_covost_layout_is_refused_naming_the_readers(tmp_path: Path) -> None:
 
 
 def test_missing_root_and_bad_pair(tmp_path: Path) -> None:
+    (tmp_path / "MUSTC_v1.0.tar.gz").write_bytes(b"")
+    with pytest.raises(CorpusError, match=r"MUSTC_v1\.0\.tar\.gz: a file, not the corpus root folder"):
+        open_corpus(tmp_path / "MUSTC_v1.0.tar.gz", "en-de")
     with pytest.raises(CorpusError, match=r"nowhere: corpus root folder does not exist \(data.mustc_root\)"):
         open_corpus(tmp_path / "nowhere", "en-de")
     with pytest.raises(CorpusError, match="must look like 'en-de'"):
