@@ -9,14 +9,14 @@
 #    into a temporary folder, and puts `python` and `dvc` on PATH;
 # 2. the tests that need CUDA, plus every test of the files for the CUDA paths
 #    (tests/model/test_attention_paths.py, tests/train/test_fold_update.py)      -> tests.log
-# 3. python benchmarks/gpu.py (at most ~3.5 min)                                    -> bench.jsonl, bench.err
+# 3. python benchmarks/gpu.py (at most ~3.2 min)                                    -> bench.jsonl, bench.err
 # 4. python benchmarks/gpu_loop.py --sync-check: the real training loop, data loading included, on a
 #    synthetic corpus with MuST-C-like lengths; ms per update per mode and the syncs per update -> loop.jsonl
 # 5. tests/test_paper_profile.py: the paper profile through real `dvc repro` on CUDA -> paper.log
 #    (the tests copy the project with `git ls-files`: a tree that arrives without .git is made a
 #    git repository of one commit first)
-# Each part runs under its own `timeout`, so a hang costs that part only; the limits add up to 570 s
-# (one device call may take 600).
+# Each part runs under its own `timeout`, so a hang costs that part only; the limits add up to 540 s,
+# 580 s with each part's 10 s --kill-after (one device call may take 600).
 # summary.txt gets one line per part with its exit status and seconds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,19 +62,19 @@ if ! git rev-parse --git-dir >/dev/null 2>&1; then
 fi
 
 # 2. CUDA tests (the CUDA twins are named *cuda*) and every test of the CUDA-path files
-part tests 100 "$out/tests.log" python3 -m pytest -q -p no:cacheprovider -rs \
+part tests 95 "$out/tests.log" python3 -m pytest -q -p no:cacheprovider -rs \
   tests/model/test_attention_paths.py tests/train/test_fold_update.py \
   tests/model/test_local_attention.py tests/model/test_attention.py tests/model/test_s2t_transformer.py \
   tests/decode/test_beam_search.py tests/train/test_objectives.py tests/model/test_head_selection.py -k "cuda or attention_paths or fold_update"
 
-# 3. the benchmark (its own budget: 150 s of parts, then it skips the rest)
-part bench 200 "$out/bench.jsonl" python3 benchmarks/gpu.py --budget 150
+# 3. the benchmark (its own budget: 140 s of parts, then it skips the rest)
+part bench 190 "$out/bench.jsonl" python3 benchmarks/gpu.py --budget 140
 grep -v '^{' "$out/bench.jsonl" >"$out/bench.err" || true
 
 # 4. the real loop with data loading, and its syncs per update
-part loop 120 "$out/loop.jsonl" python3 benchmarks/gpu_loop.py --updates 8 --warmup 3 --sync-check
+part loop 115 "$out/loop.jsonl" python3 benchmarks/gpu_loop.py --updates 8 --warmup 3 --sync-check
 
 # 5. the paper profile through `dvc repro` on CUDA
-part paper_profile 150 "$out/paper.log" python3 -m pytest -q -p no:cacheprovider -rs tests/test_paper_profile.py
+part paper_profile 140 "$out/paper.log" python3 -m pytest -q -p no:cacheprovider -rs tests/test_paper_profile.py
 
 cat "$summary"

@@ -96,4 +96,4 @@ def test_a_truncated_or_malformed_input_is_one_line_naming_it_and_the_stage_to_r
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {path}: ") and says in lines[0], lines
-    assert "train_baseline@en-de-1" in lines[0]
+    assert "train_baseline@en-de-1" in lines[0] and "-f" not in lines[0]  # a forced repro would rerun everything upstream

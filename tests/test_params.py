@@ -70,6 +70,7 @@ def test_repo_params_load() -> None:
     (lambda p: p["model"]["overrides"].__setitem__("scale_embedding", "zzz"), r"model.overrides.scale_embedding: expected bool"),
     (lambda p: p["model"]["overrides"].__setitem__("d_model", -16), r"model.overrides.d_model: must be >= 1"),
     (lambda p: p["model"]["overrides"].__setitem__("dropout", 7), "model.overrides.dropout: must be in [0, 1"),
+    (lambda p: p["model"]["overrides"].__setitem__("dropout", "1e-1"), "model.overrides.dropout: '1e-1' is a string to YAML"),
     (lambda p: p["model"]["overrides"].__setitem__("n_heads", 3), r"model.overrides: d_model=\d+ not divisible by n_heads=3"),
     (lambda p: p["train_st"].__setitem__("lr", "nan"), r"train_st.lr: expected a finite number, got 'nan'"),
     (lambda p: p["train_st"].__setitem__("clip_norm", float("inf")), r"train_st.clip_norm: expected a finite number"),

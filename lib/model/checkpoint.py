@@ -50,7 +50,9 @@ def load(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - re-raised with the file named
         reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        remedy = f"; rerun `dvc repro -f {producer}` to write it again" if producer else ""
+        # a plain `dvc repro` sees the damaged output and writes it again (from the run-cache, or by
+        # rerunning that stage); `-f` would also force every stage upstream of it
+        remedy = f"; it is written by the {producer} stage: `dvc repro` writes it again" if producer else ""
         raise CheckpointError(f"{path}: cannot load checkpoint ({reason}){remedy}") from e
 
 

@@ -145,6 +145,8 @@ class ModelParams:
             if hints[key] not in _SCALAR_HINTS:
                 continue  # the decoder's attention specs: checked where the model config is built, below
             _check(value, hints[key], where)
+            if isinstance(value, str) and hints[key] is not str:  # used as written: a string is not a number
+                raise ParamError(f"{where}: {value!r} is a string to YAML; write it as a number (1e-1 -> 0.1 or 1.0e-1)")
             if key in _POSITIVE_MODEL_KEYS and value < 1:
                 raise ParamError(f"{where}: must be >= 1, got {value}")
             if key in ("ctc_layer", "rel_pos_bias") and value < 0:

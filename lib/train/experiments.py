@@ -190,7 +190,7 @@ def share_asr_run(src: RunPaths, dst: RunPaths) -> dict[str, Any]:
             raise FileNotFoundError(f"{path}: missing; it is written by the train_asr stage")
     _adopt_run(src, dst)
     atomic_write_json(dst.timing, {"train_seconds": 0.0, "decode_seconds": 0.0})  # a copy: nothing ran
-    metrics = {**read_json(src.metrics, "train_asr_shared"), "asr_pretraining": "shared"}
+    metrics = {**read_json(src.metrics, f"train_asr@{src.pair}" if src.pair else "train_asr"), "asr_pretraining": "shared"}
     atomic_write_json(dst.metrics, metrics)
     return metrics
 
