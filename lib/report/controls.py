@@ -24,7 +24,8 @@ from lib.layout import TEST_SPLIT, RunPaths
 from lib.params import Params
 from lib.report.figures import Figures
 from lib.stats import ci_cell, mean_ci
-from lib.report.tables import SystemScores, read_json, read_lines
+from lib.io import read_json
+from lib.report.tables import SystemScores, read_lines
 from lib.stats import mean_std
 
 __all__ = ["ControlRun", "band_section", "ci_text", "collect_controls", "control_scores", "controls_section",

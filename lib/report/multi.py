@@ -16,7 +16,7 @@ from lib.layout import RunPaths
 from lib.params import MultiParams
 from lib.report.figures import Figures
 from lib.stats import ci_cell, mean_ci
-from lib.report.tables import read_json
+from lib.io import read_json
 from lib.stats import mean_std
 
 # Seed 004's Table 4 (multilingual ST on mTEDx, AVG-A BLEU): deltas vs its shared H = 4 baseline.

@@ -17,7 +17,8 @@ from lib.model.config import BAND_INIT_LOGIT, DEFAULT_BAND_K, DEFAULT_GAMMA, smo
 from lib.params import SmoothingParams
 from lib.report.figures import Figures
 from lib.stats import Interval, ci_cell, mean_ci, paired_interval
-from lib.report.tables import read_json, read_lines
+from lib.io import read_json
+from lib.report.tables import read_lines
 from lib.stats import mean_std
 
 # The paper's qualitative claims (docs/variants.md); its only numbers are relative WER gains.
