@@ -14,7 +14,9 @@ A training run keeps in its checkpoint folder:
   instead of averaging the others.
 
 A ``last.pt`` whose fingerprint differs from the current run's config is never resumed silently:
-the run says which keys differ, moves it aside and starts from scratch.
+the run says which keys differ, sets it aside with its snapshots and starts from scratch; changing
+the params back brings it back (lib/train/resume.py). Snapshots record the run's fingerprint, and the
+average refuses one of another config.
 
 ``prev.pt`` is the training state one save back (:func:`save_keeping_previous`): a ``last.pt`` that
 cannot be read (a half-written file after a disk fault, a truncated copy) falls back to it
@@ -32,7 +34,7 @@ from typing import Any
 import torch
 
 from lib.model.checkpoint import load, save  # noqa: F401 (re-exported: the training state's files)
-from lib.model.checkpoint import upgrade_state_dict
+from lib.model.checkpoint import CheckpointError, upgrade_state_dict
 
 
 def fingerprint(config: dict[str, Any]) -> str:
@@ -74,17 +76,22 @@ def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> l
     return out
 
 
-def average_state_dicts(paths: list[Path]) -> dict[str, torch.Tensor]:
+def average_state_dicts(paths: list[Path], fingerprint: str | None = None) -> dict[str, torch.Tensor]:
     """Element-wise mean of model state dicts (floating tensors; others taken from the last). Keys of
     earlier versions of the code are renamed first (:func:`lib.model.checkpoint.upgrade_state_dict`, e.g.
     the snapshots of a run resumed across such a change); snapshots with other keys are refused, naming
-    the file, rather than averaged over fewer."""
+    the file, rather than averaged over fewer. With ``fingerprint`` (the run's), a snapshot that records
+    another run config's is refused (:class:`CheckpointError`) rather than averaged in."""
     if not paths:
         raise ValueError("no checkpoints to average")
     acc: dict[str, torch.Tensor] = {}
     last: dict[str, torch.Tensor] = {}
     for p in paths:
-        sd = upgrade_state_dict(load(p)["model"])
+        snap = load(p)
+        if fingerprint is not None and snap.get("fingerprint", fingerprint) != fingerprint:
+            raise CheckpointError(f"{p}: a snapshot of another config (fingerprint {snap['fingerprint']}, this "
+                                  f"run's {fingerprint}): delete {Path(p).parent.parent} to train the run again")
+        sd = upgrade_state_dict(snap["model"])
         if last and sd.keys() != last.keys():
             odd = sorted(set(sd) ^ set(last))
             raise ValueError(f"{p}: its weights have other keys than {paths[0]} ({', '.join(odd[:4])}"

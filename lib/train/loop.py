@@ -3,8 +3,9 @@
 Read top to bottom: :class:`TrainConfig` (lib/params/) holds plain values; :func:`decide_resume`
 (lib/train/resume.py) decides, once per run, whether ``<out>/checkpoints/last.pt`` is resumed: only when it was made with
 the same config (the same fingerprint of ``{"train": cfg, **run_config}``); a ``last.pt`` of another
-config is moved aside to ``last.stale-<its fingerprint>.pt`` (keeping at most one such file) and the
-run starts from scratch; an unreadable ``last.pt`` falls back to ``prev.pt``, the state one save back. Under torchrun rank 0 decides and broadcasts. :func:`train` takes that
+config is set aside as ``last.stale-<its fingerprint>.pt`` with its snapshots and curves (keeping at
+most one such state) and the run starts from scratch, or from the state of its own config that an
+earlier change of params set aside; an unreadable ``last.pt`` falls back to ``prev.pt``, the state one save back. Under torchrun rank 0 decides and broadcasts. :func:`train` takes that
 decision (``lib/train/run.py`` makes it before training, to set up dvclive; ``train`` makes it itself
 when given none), builds the optimizer, restores the resumed state, then runs updates of
 ``update_freq`` batches each until ``max_updates``, evaluating, logging (dvclive) and checkpointing on
@@ -178,7 +179,8 @@ def _save_checkpoint(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Op
     # and rewrites this snapshot identically, whereas the other order would resume past a
     # snapshot that was never written (and avg_last_k.pt would average the wrong updates).
     if snapshot:
-        ckpt.save(ckpt.snapshot_path(snap_dir, st.update), {"model": model.state_dict(), "update": st.update})
+        ckpt.save(ckpt.snapshot_path(snap_dir, st.update), {"model": model.state_dict(), "update": st.update,
+                                                            "fingerprint": resume.fingerprint})
     state = _training_state(model, optimizer, st, resume, rngs)
     if fold is not None:  # FoldPolicy.state(): what fold_update auto learnt (never set on a CPU)
         state["fold"] = fold
@@ -514,7 +516,7 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
             raise SystemExit(f"error: {snap_dir}: snapshot {', '.join(missing)} is missing; the run averages the "
                              f"snapshots of its last {cfg.average_last} saves ({', '.join(p.name for p in snaps)}). "
                              f"Delete {ckpt_dir} to train the run again")
-        ckpt.save(ckpt_dir / "avg_last_k.pt", {"model": ckpt.average_state_dicts(snaps),
+        ckpt.save(ckpt_dir / "avg_last_k.pt", {"model": ckpt.average_state_dicts(snaps, resume.fingerprint),
                                                "updates": [int(p.stem.split("_")[1]) for p in snaps]})
     return {"updates": st.update, "epochs_started": st.epoch + 1, "best": st.best, "history": st.history,
             "fingerprint": resume.fingerprint}

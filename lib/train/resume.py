@@ -1,7 +1,9 @@
 """Whether a run resumes, and from what: :func:`decide_resume` reads ``<checkpoints>/last.pt`` once,
 resumes it only when it was made with the run's config (its fingerprint), moves a ``last.pt`` of another
-config aside, and falls back to ``prev.pt`` (the state one save back) when ``last.pt`` cannot be read.
-Under torchrun rank 0 decides and broadcasts. The loop (lib/train/loop.py) restores what it returns."""
+config aside (with its snapshots and curves: :class:`SetAside`), brings back the state of this config
+that an earlier params change set aside, and falls back to ``prev.pt`` (the state one save back) when
+``last.pt`` cannot be read. Under torchrun rank 0 decides and broadcasts. The loop
+(lib/train/loop.py) restores what it returns."""
 from __future__ import annotations
 
 import os
@@ -55,14 +57,16 @@ def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def decide_resume(ckpt_dir: Path, cfg: TrainConfig, run_config: dict[str, Any],
-                  log: Callable[[str], None] | None = None) -> Resume:
+                  log: Callable[[str], None] | None = None, live_dir: Path | None = None) -> Resume:
     """Whether the run resumes from ``<ckpt_dir>/last.pt``: only when it has the run's fingerprint.
 
     The fingerprint is computed and ``last.pt`` loaded (at most) once, here. A ``last.pt`` of
     another config is never resumed: ``log`` (default ``tqdm.write``) names the keys that differ,
-    older ``last.stale-*.pt`` files are removed and ``last.pt`` becomes ``last.stale-<its
-    fingerprint>.pt`` (so at most one stale file is kept). Under torchrun this is a collective:
-    every rank calls it, rank 0 decides and broadcasts the state it loaded.
+    and it is set aside as ``last.stale-<its fingerprint>.pt`` with its snapshots and its training
+    curves (``live_dir``, when given): :class:`SetAside`. When a state of *this* config was set aside
+    earlier (params changed, then changed back), it is brought back and resumed. At most one set-aside
+    state is kept: older ones are removed. Under torchrun this is a collective: every rank calls it,
+    rank 0 decides and broadcasts the state it loaded.
     """
     config = {"train": train_config_dict(cfg), **run_config}
     fp = ckpt.fingerprint(config)
@@ -70,7 +74,7 @@ def decide_resume(ckpt_dir: Path, cfg: TrainConfig, run_config: dict[str, Any],
     state: Any = None
     if rank == 0:
         try:
-            state = _matching_last(Path(ckpt_dir), fp, config, log or tqdm.write)
+            state = _matching_last(Path(ckpt_dir), fp, config, log or tqdm.write, live_dir)
         except ProcessCountChanged as e:
             state = e
     if world > 1:  # every rank resumes from what rank 0 found (or stops with it)
@@ -90,16 +94,61 @@ class ProcessCountChanged(Exception):
     training away; the run stops and says how to do either."""
 
 
-def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable[[str], None]) -> dict | None:
-    """``<ckpt_dir>/last.pt`` loaded when its fingerprint is ``fingerprint``; else None, a mismatching
-    file moved aside (and its ``prev.pt`` removed). An unreadable ``last.pt`` falls back to ``prev.pt``,
-    the state one save back, with one line saying so; with no intact ``prev.pt`` either the run stops
-    (SystemExit) with one line naming the file and the remedy. A missing ``last.pt`` starts from
-    scratch, whatever ``prev.pt`` holds (deleting ``last.pt`` is how a user asks for that)."""
+@dataclass(frozen=True)
+class SetAside:
+    """The training state of one config, set aside by a params change (all in the checkpoint folder, so
+    deleting it removes them too): ``last.stale-<fp>.pt``, its snapshots (``snapshots.stale-<fp>/``)
+    and its training curves (``live.stale-<fp>/``). Brought back when the params are changed back:
+    the run then continues as if nothing had happened, its final average included."""
+
+    ckpt_dir: Path
+    fingerprint: str
+
+    @property
+    def last(self) -> Path:
+        return self.ckpt_dir / f"last.stale-{self.fingerprint}.pt"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.ckpt_dir / f"snapshots.stale-{self.fingerprint}"
+
+    @property
+    def live(self) -> Path:
+        return self.ckpt_dir / f"live.stale-{self.fingerprint}"
+
+    @staticmethod
+    def others(ckpt_dir: Path, keep: set[str]) -> list["SetAside"]:
+        """The set-aside states in ``ckpt_dir`` whose fingerprint is not in ``keep``."""
+        fps = {p.name.split(".stale-", 1)[1].removesuffix(".pt") for p in ckpt_dir.glob("*.stale-*")}
+        return [SetAside(ckpt_dir, fp) for fp in sorted(fps - keep)]
+
+    def remove(self) -> None:
+        self.last.unlink(missing_ok=True)
+        for folder in (self.snapshots, self.live):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """``src`` becomes ``dst`` (an existing ``dst`` removed first); nothing when ``src`` is absent."""
+    if src.is_dir():
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(src, dst)
+
+
+def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable[[str], None],
+                   live_dir: Path | None = None) -> dict | None:
+    """``<ckpt_dir>/last.pt`` loaded when its fingerprint is ``fingerprint``; else a mismatching file is
+    set aside (with its snapshots and curves; its ``prev.pt`` removed), and the state of this config set
+    aside earlier, if any, is brought back and returned; else None. An unreadable ``last.pt`` falls back to
+    ``prev.pt``, the state one save back, with one line saying so; with no intact ``prev.pt`` either the run
+    stops (SystemExit) with one line naming the file and the remedy. A missing ``last.pt`` starts from
+    scratch, whatever ``prev.pt`` holds, unless this config's state was set aside (deleting the checkpoint
+    folder is how a user asks for a fresh start)."""
     path, prev = ckpt_dir / "last.pt", ckpt_dir / ckpt.PREV
+    own = SetAside(ckpt_dir, fingerprint)
     if not path.is_file():
         prev.unlink(missing_ok=True)
-        return None
+        return _bring_back(own, path, live_dir, log) if own.last.is_file() else None
     try:
         state = ckpt.load(path)
     except RuntimeError as e:
@@ -115,16 +164,44 @@ def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable
             f"not the same dropout streams, so it would not continue exactly. Resume it with {n} "
             f"(the stage's train_*.processes: {n}), or delete {path.parent} to train this run afresh with {m}")
     diff = ckpt.config_diff(state.get("config", {}), config)
-    stale = path.with_name(f"last.stale-{state.get('fingerprint', 'unknown')}.pt")
-    removed = sorted(old.name for old in path.parent.glob("last.stale-*.pt") if old != stale)
-    for name in removed:  # keep at most one stale file: the newest
-        (path.parent / name).unlink()
-    os.replace(path, stale)
+    aside = SetAside(ckpt_dir, str(state.get("fingerprint", "unknown")))
+    removed = SetAside.others(ckpt_dir, keep={aside.fingerprint, own.fingerprint})
+    for old in removed:  # keep at most one set-aside state: the newest
+        old.remove()
+    # last.pt first: once it is gone, nothing resumes the snapshots and curves that follow it aside
+    os.replace(path, aside.last)
     prev.unlink(missing_ok=True)
+    _replace_dir(ckpt_dir / "snapshots", aside.snapshots)
+    if live_dir is not None:
+        _replace_dir(live_dir, aside.live)
+    back = own.last.is_file()
     log(f"NOT resuming {path}: it was made with a different config ({'; '.join(diff) or 'fingerprint differs'}); "
-        f"moved it to {stale.name}" + (f" (removed the older {', '.join(removed)})" if removed else "")
-        + " and starting from scratch")
-    return None
+        f"moved it to {aside.last.name}" + (f" (removed the older {', '.join(o.last.name for o in removed)})" if removed else "")
+        + (", with its snapshots and curves" if back else " and starting from scratch"))
+    return _bring_back(own, path, live_dir, log) if back else None
+
+
+def _bring_back(own: SetAside, path: Path, live_dir: Path | None, log: Callable[[str], None]) -> dict | None:
+    """The state of this config that a params change set aside, put back in place and returned (None,
+    the stale files removed, when it cannot be read). Snapshots and curves first, ``last.pt`` last: a kill
+    in between leaves the set-aside ``last.pt``, which the next start brings back again."""
+    if not own.snapshots.is_dir():  # set aside by earlier code, which left its snapshots behind
+        log(f"{own.last} was set aside without its snapshots (by an earlier version): starting from scratch")
+        return None
+    try:
+        state = ckpt.load(own.last)
+    except RuntimeError as e:
+        reason = str(getattr(e, "__cause__", None) or e).splitlines()[0][:160]
+        own.remove()
+        log(f"{own.last} cannot be read ({reason}): removed it; starting from scratch")
+        return None
+    _replace_dir(own.snapshots, path.parent / "snapshots")
+    if live_dir is not None:
+        _replace_dir(own.live, live_dir)
+    os.replace(own.last, path)
+    log(f"resuming {path} at update {state.get('run_state', {}).get('update', '?')}: the state of these params "
+        f"that a change of params had set aside ({own.last.name}), brought back with its snapshots and curves")
+    return state
 
 
 def _fall_back_to_prev(path: Path, prev: Path, error: Exception, log: Callable[[str], None]) -> dict:

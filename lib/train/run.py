@@ -314,7 +314,7 @@ def execute(task: RunTask, progress: bool = True) -> dict[str, Any]:
     paths.run_dir.mkdir(parents=True, exist_ok=True)
     # Decided once (rank 0 loads last.pt, moves a mismatching one aside, and broadcasts under
     # torchrun, so every rank calls it): dvclive resumes exactly when training does.
-    resume = task.adjust_resume(decide_resume(paths.checkpoints, cfg, run_config))
+    resume = task.adjust_resume(decide_resume(paths.checkpoints, cfg, run_config, live_dir=paths.live))
     live = None
     if rank == 0:
         if resume.state is not None and not resume.fork:

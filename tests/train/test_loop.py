@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 import _driver
+from lib.model.checkpoint import CheckpointError
 from lib.train import checkpoint as ckpt
 from lib.train import loop
 
@@ -338,6 +340,112 @@ def test_only_the_newest_stale_last_pt_is_kept(prepared: Path, tmp_path: Path,
 
 class _Interrupt(Exception):
     pass
+
+
+@pytest.mark.parametrize("b_saved", [False, True], ids=["changed_run_failed_before_saving", "changed_run_saved"])
+def test_params_changed_back_bring_back_the_state_set_aside(prepared: Path, tmp_path: Path, b_saved: bool,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Run A stops at update 4 of 6; its params change (B) and B stops, before or after its first save; the
+    params change back: A continues from update 4 with its own snapshots, and ends with the weights and
+    the final average of an uninterrupted A, bit for bit. B's state is the one set aside now."""
+    import lib.train.loop as loop
+
+    a = {"max_updates": 6, "save_every": 2, "eval_every": 2, "average_last": 2}
+    b = {**a, "lr": 1e-3}
+    out, ckpt_dir = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    real_lr = loop.learning_rate
+
+    def stop_at(update_done: int):
+        def lr(update: int, *args, **kwargs) -> float:
+            if update == update_done:
+                raise _Interrupt
+            return real_lr(update, *args, **kwargs)
+        return lr
+
+    for overrides, stop in ((a, 4), (b, 2 if b_saved else 0)):
+        monkeypatch.setattr(loop, "learning_rate", stop_at(stop))
+        with pytest.raises(_Interrupt):
+            _driver.run_training(prepared, out, train_overrides=overrides)
+        monkeypatch.undo()
+    fp_a = ckpt.load(ckpt_dir / f"last.stale-{_fingerprint(prepared, a)}.pt")["fingerprint"]
+    assert (ckpt_dir / "last.pt").is_file() == b_saved
+    capsys.readouterr()
+
+    model, summary = _driver.run_training(prepared, out, train_overrides=a)
+    log = capsys.readouterr().out
+    assert f"resuming {ckpt_dir / 'last.pt'} at update 4: the state of these params" in log, log
+    assert ("NOT resuming" in log) == b_saved and "starting from scratch" not in log
+    assert summary["fingerprint"] == fp_a and summary["updates"] == 6
+    ref, ref_summary = _driver.run_training(prepared, tmp_path / "ref", train_overrides=a)
+    assert_same_state(model.state_dict(), ref.state_dict())
+    assert summary["history"] == ref_summary["history"]
+    avg, ref_avg = ckpt.load(ckpt_dir / "avg_last_k.pt"), ckpt.load(tmp_path / "ref/checkpoints/avg_last_k.pt")
+    assert avg["updates"] == ref_avg["updates"] == [4, 6]
+    assert_same_state(avg["model"], ref_avg["model"])
+    stale = sorted(p.name for p in ckpt_dir.glob("*.stale-*"))
+    fp_b = _fingerprint(prepared, b)
+    assert stale == ([f"last.stale-{fp_b}.pt", f"snapshots.stale-{fp_b}"] if b_saved else [])
+    if b_saved:
+        assert [p.name for p in (ckpt_dir / f"snapshots.stale-{fp_b}").iterdir()] == ["update_0000002.pt"]
+
+
+def _fingerprint(prepared: Path, overrides: dict) -> str:
+    from lib.train.resume import train_config_dict
+
+    run_config = _driver.build(prepared)[3]
+    return ckpt.fingerprint({"train": train_config_dict(_driver.train_config(**overrides)), **run_config})
+
+
+def test_decide_resume_sets_aside_and_brings_back_snapshots_and_curves(tmp_path: Path) -> None:
+    """decide_resume with the run's curves folder: a last.pt of another config goes aside with its
+    snapshots and curves (the run starts with neither); changing back brings all three back. A state set
+    aside by earlier code, without its snapshots, is not resumed (its average could not be made)."""
+    from lib.train.resume import decide_resume, train_config_dict
+
+    cfg = _driver.train_config()
+    ckpt_dir, live = tmp_path / "checkpoints", tmp_path / "live"
+    run_x, run_y = {"task": "asr", "data": "x", "world_size": 1}, {"task": "asr", "data": "y", "world_size": 1}
+    fp_x = ckpt.fingerprint({"train": train_config_dict(cfg), **run_x})
+    ckpt.save(ckpt_dir / "last.pt", {"fingerprint": fp_x, "config": {"train": train_config_dict(cfg), **run_x},
+                                     "run_state": {"update": 6}})
+    (ckpt_dir / "snapshots").mkdir()
+    (ckpt_dir / "snapshots/update_0000006.pt").write_bytes(b"x6")
+    live.mkdir()
+    (live / "curve.tsv").write_text("x")
+    logged: list[str] = []
+
+    assert decide_resume(ckpt_dir, cfg, run_y, logged.append, live_dir=live).state is None
+    assert "NOT resuming" in logged[-1] and "starting from scratch" in logged[-1]
+    assert not live.exists() and not (ckpt_dir / "snapshots").exists() and not (ckpt_dir / "last.pt").exists()
+    assert (ckpt_dir / f"snapshots.stale-{fp_x}/update_0000006.pt").read_bytes() == b"x6"
+    assert (ckpt_dir / f"live.stale-{fp_x}/curve.tsv").read_text() == "x"
+
+    resume = decide_resume(ckpt_dir, cfg, run_x, logged.append, live_dir=live)
+    assert resume.state is not None and resume.state["run_state"]["update"] == 6
+    assert "at update 6" in logged[-1] and "brought back" in logged[-1]
+    assert (ckpt_dir / "snapshots/update_0000006.pt").read_bytes() == b"x6" and (live / "curve.tsv").read_text() == "x"
+    assert (ckpt_dir / "last.pt").is_file() and not list(ckpt_dir.glob("*.stale-*"))
+
+    # set aside by earlier code: last.stale-<fp>.pt alone
+    os.replace(ckpt_dir / "last.pt", ckpt_dir / f"last.stale-{fp_x}.pt")
+    shutil.rmtree(ckpt_dir / "snapshots")
+    assert decide_resume(ckpt_dir, cfg, run_x, logged.append, live_dir=live).state is None
+    assert "without its snapshots" in logged[-1] and "starting from scratch" in logged[-1]
+
+
+def test_the_average_refuses_a_snapshot_of_another_config(tmp_path: Path) -> None:
+    w = {"w": torch.ones(2)}
+    ckpt.save(tmp_path / "update_0000002.pt", {"model": w, "update": 2, "fingerprint": "aaa"})
+    ckpt.save(tmp_path / "update_0000004.pt", {"model": w, "update": 4, "fingerprint": "bbb"})
+    ckpt.save(tmp_path / "update_0000006.pt", {"model": w, "update": 6})  # earlier code: no fingerprint
+    paths = sorted(tmp_path.glob("update_*.pt"))
+    with pytest.raises(CheckpointError, match=r"update_0000004.pt: a snapshot of another config \(fingerprint bbb"):
+        ckpt.average_state_dicts(paths, "aaa")
+    assert torch.equal(ckpt.average_state_dicts([paths[0], paths[2]], "aaa")["w"], torch.ones(2))
+    assert torch.equal(ckpt.average_state_dicts(paths)["w"], torch.ones(2))  # no fingerprint given: no check
+
+
 
 
 def _count_last_pt_loads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
