@@ -5,7 +5,7 @@
 #   bash scripts/gpu_check.sh [OUT_DIR]      # OUT_DIR defaults to $OUT, else ./gpu-check
 #
 # 1. installs the wheels of .whl/ (dvc, dvclive, soundfile, espeakng-loader and what they need that
-#    the machine lacks; built beforehand on a machine with network access, docs/gpu.md "The GPU check")
+#    the machine lacks; built beforehand by scripts/gpu_wheels.sh where pip reaches a registry)
 #    into a temporary folder, and puts `python` and `dvc` on PATH;
 # 2. the tests that need CUDA, plus every test of the files for the CUDA paths
 #    (tests/model/test_attention_paths.py, tests/train/test_fold_update.py)      -> tests.log
@@ -16,8 +16,10 @@
 #    (the tests copy the project with `git ls-files`: a tree that arrives without .git is made a
 #    git repository of one commit first)
 # Each part runs under its own `timeout`, so a hang costs that part only; the limits add up to 540 s,
-# 580 s with each part's 10 s --kill-after (one device call may take 600).
-# summary.txt gets one line per part with its exit status and seconds.
+# 580 s with each part's 10 s --kill-after, and the whole script keeps to GPU_CHECK_SECONDS (560 s;
+# one device call may take 600): a part gets what is left when that is less, or is skipped.
+# summary.txt gets one line per part with its exit status and seconds, after a first line when torch
+# sees no CUDA device or dvc, dvclive or soundfile cannot be imported.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-gpu-check}}"
@@ -26,19 +28,23 @@ export PYTHONUNBUFFERED=1
 summary="$out/summary.txt"
 : >"$summary"
 
+deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-560}))  # the whole script, preamble included
 part() {  # part NAME SECONDS LOG COMMAND...: run with a time limit, log, record status and time
   local name=$1 limit=$2 log=$3
   shift 3
+  local left=$((deadline - SECONDS - 10))
+  [ "$limit" -gt "$left" ] && limit=$left
+  if [ "$limit" -lt 20 ]; then echo "$name SKIPPED: ${left}s left" | tee -a "$summary"; return; fi
   local t0=$SECONDS
   timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
   local rc=$?
-  echo "$name rc=$rc seconds=$((SECONDS - t0)) limit=$limit$([ $rc = 124 ] && echo ' TIMED OUT')" | tee -a "$summary"
+  echo "$name rc=$rc seconds=$((SECONDS - t0)) limit=$limit$({ [ $rc = 124 ] || [ $rc = 137 ]; } && echo ' TIMED OUT')" | tee -a "$summary"
 }
 
 {
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
-  python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA")'
-  python3 -c 'import torch; print(torch.ops.aten._flash_attention_forward.default._schema); print(torch.ops.aten._flash_attention_backward.default._schema)'
+  timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+  timeout 90 python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA")'
+  timeout 60 python3 -c 'import torch; print(torch.ops.aten._flash_attention_forward.default._schema); print(torch.ops.aten._flash_attention_backward.default._schema)'
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt"
 
@@ -51,8 +57,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   echo "no .whl/ here: dvc, dvclive and soundfile must already be installed" | tee -a "$summary"
 fi
-mkdir -p "$bin" && ln -sf "$(command -v python3)" "$bin/python"
+mkdir -p "$bin" && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" >"$bin/python" && chmod +x "$bin/python"
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$bin:$site/bin:$PATH"
+python3 -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' || echo "NO CUDA: every figure below is void" | tee -a "$summary"
+python3 -c 'import soundfile, dvclive, dvc' 2>>"$out/env.txt" || echo "soundfile/dvclive/dvc not importable: tests and paper_profile will fail (env.txt)" | tee -a "$summary"
 
 # the project as a git repository (tests/dvc_repo.py copies it with `git ls-files`)
 if ! git rev-parse --git-dir >/dev/null 2>&1; then
@@ -62,7 +70,7 @@ if ! git rev-parse --git-dir >/dev/null 2>&1; then
 fi
 
 # 2. CUDA tests (the CUDA twins are named *cuda*) and every test of the CUDA-path files
-part tests 95 "$out/tests.log" python3 -m pytest -q -p no:cacheprovider -rs \
+part tests 95 "$out/tests.log" python3 -m pytest -v -p no:cacheprovider -o addopts= -o faulthandler_timeout=60 -rs --durations=10 \
   tests/model/test_attention_paths.py tests/train/test_fold_update.py \
   tests/model/test_local_attention.py tests/model/test_attention.py tests/model/test_s2t_transformer.py \
   tests/decode/test_beam_search.py tests/train/test_objectives.py tests/model/test_head_selection.py -k "cuda or attention_paths or fold_update"
@@ -75,6 +83,6 @@ grep -v '^{' "$out/bench.jsonl" >"$out/bench.err" || true
 part loop 115 "$out/loop.jsonl" python3 benchmarks/gpu_loop.py --updates 8 --warmup 3 --sync-check
 
 # 5. the paper profile through `dvc repro` on CUDA
-part paper_profile 140 "$out/paper.log" python3 -m pytest -q -p no:cacheprovider -rs tests/test_paper_profile.py
+part paper_profile 140 "$out/paper.log" python3 -m pytest -v -p no:cacheprovider -o addopts= -o faulthandler_timeout=60 -rs --durations=10 tests/test_paper_profile.py
 
 cat "$summary"
