@@ -40,6 +40,9 @@ def _control_root(tmp_path: Path, band_seeds: list[int] | None = None) -> tuple[
     for pi, pair in enumerate(rf.PAIRS):
         for seed in rf.SEEDS:
             base = 20.0 + seed + pi
+            # each seed's baseline with other sentences wrong (make_root's are the references), so a
+            # p-value against the same seed's baseline differs from one against the refs or another seed's
+            rf.write_run(root, "baseline", pair, seed, base, {1: 2, 2: 9, 3: 5}[seed])
             local = 19.5 + seed + pi + 0.25 * (seed % 2)
             for name, value, wrong in (("local_uniform", base + seed, 4), ("local_shuffled", local + 3 + 0.1 * (seed - 1), 3)):
                 windows = [0, 0, 0] + ([7] * 9 if name == "local_uniform" else [13, 3, 1, 15, 5, 1, 3, 17, 3])
@@ -63,6 +66,9 @@ def test_control_rows_intervals_and_verdicts(tmp_path: Path) -> None:
         for ref_system, ps in (("baseline", ps_base), ("local", ps_local)):
             theirs = RunPaths(root, ref_system, pair, seed).hyps().read_text().splitlines()
             ps.append(paired_bootstrap(theirs, ours, rf.REFS, n_samples=1000)["p_value"])
+    refs_p = paired_bootstrap(rf.REFS, RunPaths(root, "controls", pair, 1, variant=name).hyps().read_text().splitlines(),
+                              rf.REFS, n_samples=1000)["p_value"]
+    assert len({f"{p:.3f}" for p in ps_base + [refs_p]}) == 4  # the fixture tells the pairings apart
     cell = ("vs baseline: " + ", ".join(f"{p:.3f}" for p in ps_base) + "; vs local: "
             + ", ".join(f"{p:.3f}" for p in ps_local))
     row = [line for line in md.splitlines() if line.startswith("| en-de | local_uniform |")]

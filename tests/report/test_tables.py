@@ -58,18 +58,32 @@ def test_paper_comparison_reads_health_and_scores(tmp_path: Path) -> None:
 
 def test_significance_reads_the_decoded_test_sets(tmp_path: Path) -> None:
     """The report's paired bootstrap reads data/decoded/<system>/<pair>/seed<k>/ (small outputs),
-    never the run folders with the models; refs that differ between the systems are refused."""
+    never the run folders with the models, and tests each seed's local hypotheses against that seed's
+    baseline hypotheses (not the references, not another seed's); refs that differ between the systems
+    are refused."""
+    from lib.decode.metrics import paired_bootstrap
     from lib.layout import RunPaths
     from lib.report.tables import significance
 
     refs = [f"das ist satz nummer {i}" for i in range(30)]
-    for system, hyps in (("baseline", refs), ("local", [r if i % 3 else "x" for i, r in enumerate(refs)])):
-        run = RunPaths(tmp_path, system, "en-de", 1)
+
+    def wrong_every(k: int) -> list[str]:
+        return [r if i % k else "x" for i, r in enumerate(refs)]
+
+    hyps = {(1, "baseline"): wrong_every(2), (1, "local"): wrong_every(3),
+            (2, "baseline"): wrong_every(7), (2, "local"): wrong_every(3)}
+    for (seed, system), h in hyps.items():
+        run = RunPaths(tmp_path, system, "en-de", seed)
         run.decoded.mkdir(parents=True)
-        run.hyps().write_text("".join(h + "\n" for h in hyps))
+        run.hyps().write_text("".join(x + "\n" for x in h))
         run.refs().write_text("".join(r + "\n" for r in refs))
-    (res,) = significance(tmp_path, "en-de", [1], n_samples=200)
-    assert res["seed"] == 1 and res["p_value"] < 0.05
+    got = significance(tmp_path, "en-de", [1, 2], n_samples=200)
+    expected = [paired_bootstrap(hyps[(k, "baseline")], hyps[(k, "local")], refs, n_samples=200)["p_value"] for k in (1, 2)]
+    assert [r["seed"] for r in got] == [1, 2] and [r["p_value"] for r in got] == expected
+    # the fixture tells the right pairing from the wrong ones: against the refs, or the other seed's baseline
+    against_refs = paired_bootstrap(refs, hyps[(1, "local")], refs, n_samples=200)["p_value"]
+    other_seed = paired_bootstrap(hyps[(2, "baseline")], hyps[(1, "local")], refs, n_samples=200)["p_value"]
+    assert expected[0] not in (against_refs, other_seed) and expected[1] != against_refs
     RunPaths(tmp_path, "local", "en-de", 1).refs().write_text("".join(r + "!\n" for r in refs))
     with pytest.raises(ValueError, match="not decoded on the same test set"):
         significance(tmp_path, "en-de", [1], n_samples=200)
