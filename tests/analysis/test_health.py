@@ -108,6 +108,62 @@ def test_position_share_of_the_input():
     assert c3 == pytest.approx(16 * 13, rel=1e-2)  # LN output: rms 1 per coordinate, N = 13 tokens
 
 
+def _assert_health_by_hand(res: dict, model: S2TTransformer, sentences: list) -> None:
+    """``HealthAccumulator.result()`` of ``sentences`` against the module docstring's definitions,
+    computed here from the layer tensors (ratios of totals over the sentences):
+    position_share = sqrt(Σ pos² / Σ content²); attn_ratio = sqrt(Σ ‖MHA(LN(x))‖² / Σ ‖x‖²);
+    c_ii = Σ trace(C) / Σ N; band k = Σ_sentences mass within ±k / Σ_sentences Σ_i |{j: |i-j| <= k}| / N,
+    per head (band k: the head mean); profile[d-1] = mean over sentences of the mean of C's ±d-th
+    diagonals; falloff = mean(profile at offsets 1-2) / mean(profile at offsets 6-8)."""
+    from lib.analysis.extract import layer_contributions, layer_tensors
+
+    close = dict(rel=1e-5, abs=2e-6)  # result() rounds to 6 decimals
+    content_sq = pos_sq = 0.0
+    x_sq, a_sq, trace = np.zeros(N_LAYERS), np.zeros(N_LAYERS), np.zeros(N_LAYERS)
+    mass = {k: np.zeros((N_LAYERS, model.cfg.n_heads)) for k in (1, 2, 4)}
+    uniform = {k: 0.0 for k in (1, 2, 4)}
+    prof_sum, prof_cnt = np.zeros((N_LAYERS, 8)), np.zeros((N_LAYERS, 8))
+    tokens = 0
+    for feats in sentences:
+        with torch.no_grad():
+            content, pos, _, _ = model.encoder.embed(feats[None].float(), torch.tensor([feats.shape[0]]))
+        content_sq += float(content.double().pow(2).sum())
+        pos_sq += float(pos.double().pow(2).sum())
+        ut = layer_tensors(model, feats)
+        n = ut.n_tokens
+        assert n > 8  # every offset 1..8 of the profile exists
+        tokens += n
+        i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        for k in uniform:
+            uniform[k] += float((np.abs(i - j) <= k).sum()) / n
+        for li, t in enumerate(ut.layers):
+            x_sq[li] += float((t.x.double() ** 2).sum())
+            a_sq[li] += float((t.attn_out.double() ** 2).sum())
+            attn = t.attn.double().numpy()  # (H, N, N)
+            for k in mass:
+                mass[k][li] += (attn * (np.abs(i - j) <= k)).sum(axis=(1, 2))
+            c = layer_contributions(t).numpy()
+            trace[li] += np.trace(c)
+            for d in range(1, 9):
+                prof_sum[li, d - 1] += (np.diagonal(c, d).mean() + np.diagonal(c, -d).mean()) / 2
+                prof_cnt[li, d - 1] += 1
+    assert res["sentences"] == len(sentences) and res["tokens_mean"] == pytest.approx(tokens / len(sentences))
+    assert res["position_share"] == pytest.approx(np.sqrt(pos_sq / content_sq), **close)
+    for li in range(N_LAYERS):
+        row = res["layers"][f"l{li + 1:02d}"]
+        assert row["attn_ratio"] == pytest.approx(np.sqrt(a_sq[li] / x_sq[li]), **close)
+        assert row["c_ii"] == pytest.approx(trace[li] / tokens, **close)
+        for k in mass:
+            heads = mass[k][li] / uniform[k]
+            assert row[f"band{k}"] == pytest.approx(heads.mean(), **close)
+        heads2 = mass[2][li] / uniform[2]
+        assert res["heads_band2"][f"l{li + 1:02d}"] == pytest.approx(list(heads2), **close)
+        assert row["heads_band2_ge2x"] == int((heads2 >= 2.0).sum())
+        prof = prof_sum[li] / prof_cnt[li]
+        assert row["profile"] == pytest.approx(list(prof), **close)
+        assert row["falloff"] == pytest.approx(prof[0:2].mean() / prof[5:8].mean(), **close)
+
+
 def test_accumulator_result_and_algorithm1_windows(layout):
     ap = analysis_params({"analysis": ANALYSIS})
     from lib.data.dataset import SpeechDataset
@@ -125,6 +181,11 @@ def test_accumulator_result_and_algorithm1_windows(layout):
         assert len(row["profile"]) == 8
     assert all(len(v) == model.cfg.n_heads for v in res["heads_band2"].values())
     assert res["position_share"] > 0
+    # the figures of two sentences, recomputed here from the module docstring's definitions
+    two = HealthAccumulator(N_LAYERS, model.cfg.n_heads)
+    for i in idx[:2]:
+        two.add(model, ds.features(i))
+    _assert_health_by_hand(two.result(), model, [ds.features(i) for i in idx[:2]])
     # Algorithm 1's windows equal the select_windows stage's for the same model and sentences.
     _run_stage("select_windows", layout, [PAIR, "--no-progress"], pytest.MonkeyPatch())
     table = json.loads((layout / "data" / "windows" / PAIR / "windows.json").read_text())["table"]
@@ -184,4 +245,3 @@ def test_health_params_name_the_key():
         health_params({"health": {**good, "band_windows": [1, 4]}})
     with pytest.raises(ParamError, match=r"health\.bogus"):
         health_params({"health": {**good, "bogus": 1}})
-    assert np.isfinite(good["head_threshold"])

@@ -179,15 +179,44 @@ def test_no_repeat_ngram() -> None:
     assert greedy_search(model, feats, lens, 0.0, 6)[0] == [5] * 6
 
 
+class ModeRecordingModel(TableModel):
+    """A TableModel that records, at every encode / decode call, whether inference mode is on and
+    whether autograd records (``torch.is_inference_mode_enabled``, ``torch.is_grad_enabled``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.modes: list[tuple[bool, bool]] = []
+
+    def _record(self) -> None:
+        self.modes.append((torch.is_inference_mode_enabled(), torch.is_grad_enabled()))
+
+    def encode(self, *args, **kwargs) -> EncoderOutput:
+        self._record()
+        return super().encode(*args, **kwargs)
+
+    def decode(self, *args, **kwargs) -> Tensor:
+        self._record()
+        return super().decode(*args, **kwargs)
+
+
 def test_training_flag_restored_and_no_grad() -> None:
-    model = TableModel([FORCED])
+    """Both searches run the model in eval mode under ``torch.inference_mode()`` (no autograd graph,
+    lib.decode.beam_search._Restore) -- every encode and decode call sees it -- and give back the
+    caller's training flag and grad mode afterwards."""
+    model = ModeRecordingModel([FORCED])
     model.train()
     feats, lens = inputs([0])
-    beam_search(model, feats, lens, cfg(beam=2))
+    assert torch.is_grad_enabled()
+    assert beam_search(model, feats, lens, cfg(beam=2))[0] == [5, 7, 9]
     assert model.training
+    assert len(model.modes) >= 2 and all(m == (True, False) for m in model.modes)
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+    model.modes.clear()
     model.eval()
-    greedy_search(model, feats, lens)
+    assert greedy_search(model, feats, lens)[0] == [5, 7, 9]
     assert not model.training
+    assert len(model.modes) >= 2 and all(m == (True, False) for m in model.modes)
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
 
 
 def test_finished_sentences_leave_the_batch() -> None:

@@ -308,10 +308,20 @@ def test_cuda_fast_and_explicit_paths_agree():
     x, mask = x.cuda(), mask.cuda()
     valid = ~mask
     torch.testing.assert_close(attn(x, mask).out[valid], attn(x, mask, need_weights=True).out[valid], atol=1e-5, rtol=1e-4)
+    ref = attn(x, mask).out  # fp32
     with torch.autocast("cuda", dtype=torch.float16):
         res = attn(x, mask, need_weights=True)
         fast = attn(x, mask)
     assert torch.isfinite(res.weights).all() and torch.isfinite(fast.out).all()
+    # fp16: the two paths agree on the real query rows, and both stay near fp32. Tolerance: outputs
+    # are O(1) (|out| < 1.3 here) and fp16's unit roundoff is 2^-11 ≈ 5e-4; both paths share the fp16
+    # projections and differ only in the core (SDPA's fused kernel vs matmul, fp32 softmax, matmul), a
+    # few roundings: this test under CPU fp16 autocast measured 5e-4 between the paths and 9e-4 from
+    # fp32. 2e-2 / 3e-2 leave a >20x margin: a one-shot GPU run should not fail on rounding, while a
+    # wrong mask or scale would be off by O(0.1-1).
+    torch.testing.assert_close(fast.out[valid].float(), res.out[valid].float(), atol=2e-2, rtol=2e-2)
+    for out in (fast.out, res.out):
+        torch.testing.assert_close(out[valid].float(), ref[valid], atol=3e-2, rtol=3e-2)
 
 
 def test_banded_equals_local_attention():
@@ -334,14 +344,24 @@ def test_banded_equals_local_attention():
 
 def test_training_path_with_dropout_uses_the_fast_mask_and_is_seeded():
     """On CPU in training, full attention takes the explicit path (lib.model.dropout's masks):
-    same torch seed, same output."""
+    same torch seed, same output, and that output is out_proj(merge(dropout(A) v)) with A the eval
+    softmax weights and the fast mask drawn from the same seed. SDPA's own dropout (torch's Bernoulli
+    mask) would give another output for that seed."""
+    from lib.model.dropout import dropout
+
     attn = build_attention({"type": "full"}, D, H, 0.3)
     x, mask, _ = _inputs()
+    weights = attn.eval()(x, mask, need_weights=True).weights  # pre-dropout A; eval draws no mask
+    _, _, v = attn._project(x)
     attn.train()
     torch.manual_seed(3)
     a = attn(x, mask).out
     torch.manual_seed(3)
     torch.testing.assert_close(attn(x, mask).out, a, rtol=0, atol=0)
+    torch.manual_seed(3)
+    expected = attn.out_proj(attn._merge(torch.matmul(dropout(weights, 0.3, True), v)))
+    torch.testing.assert_close(a, expected, rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(a, attn.eval()(x, mask).out, atol=1e-3)  # the mask did drop something
 
 
 
@@ -472,6 +492,21 @@ def test_local_attention_takes_the_dense_band_path_in_bf16_on_cpu_only_for_short
             runs.append(local(x, mask).out)
     assert len(calls) == 3
     torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
+    # ...and the dropout is applied: the training output is the band-masked softmax weights through
+    # lib.model.dropout's fast mask (drawn from the same seed) times v, not the eval output.
+    from lib.model.attention.base import band_bias
+    from lib.model.dropout import dropout
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        q, k, v = local._project(x)
+        band = band_bias(x.shape[1], 5, q.dtype, q.device)
+        weights = local._softmax_weights(q, k, mask, extra_bias=band)
+        torch.manual_seed(7)
+        expected = local.out_proj(local._merge(torch.matmul(dropout(weights, 0.3, True), v)))
+        plain = local.eval()(x, mask).out
+    assert len(calls) == 3
+    torch.testing.assert_close(runs[0][valid], expected[valid], rtol=0, atol=0)
+    assert not torch.allclose(runs[0][valid].float(), plain[valid].float(), atol=5e-2)
 
 
 @pytest.mark.parametrize("bad", [0, 2, -3, 4.0, True, "13", None])

@@ -295,7 +295,7 @@ def test_encoder_packed_equals_padded(standin, monkeypatch, ctc_layer):
     feats, lengths = _feats([61, 40, 13])
     ref = model.encode(feats, lengths)
     ref_grads = torch.autograd.grad((ref.out ** 2).sum() + ref.ctc_logits.sum(), list(model.parameters()),
-                                    allow_unused=True)
+                                    allow_unused=True, retain_graph=True)
     monkeypatch.setattr(S2TTransformerEncoder, "packing_path", lambda self, content, need_weights: "flash")
     got = model.encode(feats, lengths, feat_lengths_host=[61, 40, 13])
     assert len(standin.calls) == 2 and standin.calls[0]["left"] == -1 and standin.calls[1]["left"] == 1
@@ -304,11 +304,20 @@ def test_encoder_packed_equals_padded(standin, monkeypatch, ctc_layer):
     assert torch.equal(got.out[got.padding_mask], torch.zeros_like(got.out[got.padding_mask]))
     torch.testing.assert_close(got.ctc_logits, ref.ctc_logits, atol=1e-10, rtol=1e-9)
     grads = torch.autograd.grad((got.out ** 2).sum() + got.ctc_logits.sum(), list(model.parameters()),
-                                allow_unused=True)
+                                allow_unused=True, retain_graph=True)
     for (name, _), a, b in zip(model.named_parameters(), grads, ref_grads):
         assert (a is None) == (b is None), name
         if a is not None:
             torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-8, msg=name)
+    # the CTC logits alone reach the encoder layers below the head in both layouts, alike (the head
+    # reads the live output, not a detached copy)
+    layer_params = list(model.encoder.layers[:ctc_layer or None].parameters())
+    ctc_grads = [torch.autograd.grad(enc.ctc_logits.pow(2).sum(), layer_params, allow_unused=True)
+                 for enc in (ref, got)]
+    for a, b in zip(*ctc_grads):
+        assert a is not None and b is not None
+        torch.testing.assert_close(b, a, atol=1e-9, rtol=1e-8)
+    assert sum(float(g.abs().sum()) for g in ctc_grads[1]) > 0
     # without host lengths the encoder reads them from the tensor (the same packing)
     again = model.encode(feats, lengths)
     torch.testing.assert_close(again.out, got.out, atol=0, rtol=0)

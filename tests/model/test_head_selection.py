@@ -836,26 +836,54 @@ class _Live:
         pass
 
 
-def test_training_loop_sets_tau_and_logs_the_kl(tmp_path) -> None:
+def test_training_loop_sets_tau_and_logs_the_kl(tmp_path, monkeypatch) -> None:
+    """The loop anneals τ through its update hook, trains φ, and logs each update's criterion parts
+    per unit: train/kl and train/loss per target token (eos included), train/ctc per CTC label (the
+    targets without their eos) -- checked against the parts the criterion returned for the update's
+    batches (a spy on Criterion.forward) and the token counts read here from the targets."""
     from lib.params import TrainConfig
+    from lib.train import criterion as criterion_module
     from lib.train.loop import train
 
     torch.manual_seed(0)
-    model = S2TTransformer(_cfg(enc="group", dec="subset"))
+    model = S2TTransformer(_cfg(enc="group", dec="subset", ctc_vocab_size=24))
     phi0 = model.encoder.layers[0].self_attn.selector.head_logits.detach().clone()
     hs = HeadSelectionTraining(tau_start=5.0, tau_end=0.5, anneal_updates=4, kl_weight=0.1)
     cfg = TrainConfig(lr=1e-2, warmup_updates=1, max_updates=4, max_frames=200, update_freq=1, eval_every=2,
-                      save_every=2, average_last=2, specaugment=False)
+                      save_every=2, average_last=2, specaugment=False, ctc_weight=0.3)
+    updates: list[list[tuple[Batch, dict[str, float]]]] = []  # per update: (batch, parts) of its batches
+    real_forward = criterion_module.Criterion.forward
+
+    def forward(self, batch, host=None):
+        loss, parts = real_forward(self, batch, host)
+        updates[-1].append((batch, {k: float(v) for k, v in parts.items()}))
+        return loss, parts
+
+    monkeypatch.setattr(criterion_module.Criterion, "forward", forward)
     live = _Live()
     summary = train(model, cfg, _MemoryData(12, 0), _MemoryData(4, 1), tmp_path, run_config={"hs": "test"},
                     progress=False, live=live, kl_weight=hs.kl_weight,
-                    update_hooks=[lambda u: hs.set_num_updates(model, u)])
+                    update_hooks=[lambda u: hs.set_num_updates(model, u), lambda u: updates.append([])])
     assert summary["updates"] == 4
     # τ of the last update = τ(3 completed updates)
     assert all(m.tau == pytest.approx(hs.tau(3)) for mods in model.head_selection_layers().values() for _, m in mods)
     kl = [v for _, name, v in live.rows if name == "train/kl"]
     assert len(kl) == 4 and all(v > 0 for v in kl)
     assert not torch.equal(model.encoder.layers[0].self_attn.selector.head_logits.detach(), phi0)  # φ is trained
+    logged = {}
+    for step, name, v in live.rows:
+        logged.setdefault(step, {})[name] = v
+    assert sorted(logged) == [1, 2, 3, 4] and len(updates) == 4
+    for step, seen in zip(sorted(logged), updates):
+        assert len(seen) == 1  # update_freq 1, never folded
+        tokens = sum(int(b.target.ne(PAD_ID).sum()) for b, _ in seen)  # eos included
+        labels = tokens - sum(len(b.ids) for b, _ in seen)  # one eos per target
+        parts = {k: sum(p[k] for _, p in seen) for k in ("ce", "ctc", "kl")}
+        assert labels > 0 and parts["ctc"] > 0
+        row = logged[step]
+        assert row["train/loss"] == pytest.approx(parts["ce"] / tokens, rel=1e-9)
+        assert row["train/kl"] == pytest.approx(parts["kl"] / tokens, rel=1e-9)
+        assert row["train/ctc"] == pytest.approx(parts["ctc"] / labels, rel=1e-9)
 
 
 @pytest.mark.parametrize("fold_update", ["on", "auto"])

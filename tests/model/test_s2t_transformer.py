@@ -147,10 +147,24 @@ def test_need_weights_returns_every_layer():
 
 
 def test_ctc_head():
+    """The CTC head reads the encoder output: its logits are ctc_proj(encoder output), and the CTC
+    loss alone trains the encoder (every encoder layer gets a nonzero gradient from it), as the
+    auxiliary CTC objective is meant to; a head on a detached output would train only itself."""
     model = _model(ctc_vocab_size=11)
     feats, lengths, _ = _batch()
     enc = model.encode(feats, lengths)
     assert enc.ctc_logits.shape == (3, enc.out.size(1), 11)
+    torch.testing.assert_close(enc.ctc_logits, model.encoder.ctc_proj(enc.out), rtol=0, atol=0)
+    labels = torch.tensor([[3, 5, 7], [4, 9, 1], [6, 1, 1]])  # ctc vocab 11, blank 0; rows of 3, 2, 1 labels
+    lprobs = torch.log_softmax(enc.ctc_logits, -1).transpose(0, 1)  # (N, B, V)
+    loss = torch.nn.functional.ctc_loss(lprobs, labels, enc.lengths, torch.tensor([3, 2, 1]), blank=0,
+                                        reduction="sum")
+    assert torch.isfinite(loss)
+    for i, layer in enumerate(model.encoder.layers):
+        params = list(layer.parameters())
+        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        assert all(g is not None for g in grads), f"encoder layer {i + 1}: no gradient from the CTC loss"
+        assert sum(float(g.abs().sum()) for g in grads) > 0, f"encoder layer {i + 1}: zero CTC gradient"
 
 
 def test_ctc_zero_init_changes_the_ctc_weight_only():
@@ -526,9 +540,18 @@ def test_backward_and_padding_embedding():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_matches_cpu():
+    """fp32 on CUDA equals the CPU result; fp16 autocast stays within fp16 rounding of it, logits on
+    real target positions and attention weights on real (query, key) pairs.
+
+    fp16 tolerance: the logits are O(1) (|logit| < 4 here), the weights in [0, 1]. The same tiny
+    model cast wholly to fp16 on CPU (weights and LayerNorms included, coarser than autocast) is off
+    by 2.2e-3 (logits) and 2.6e-4 (weights); atol = rtol = 3e-2 for the logits and atol 1e-2 for the
+    weights leave a >10x margin, so a one-shot GPU run does not fail on rounding, while a wrong mask,
+    scale or layer would be off by O(0.1-1)."""
     model = _model()
     feats, lengths, tokens = _batch()
     cpu = model(feats, lengths, tokens)
+    cpu_enc = model.encode(feats, lengths, need_weights=True)
     model.cuda()
     gpu = model(feats.cuda(), lengths.cuda(), tokens.cuda())
     torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)
@@ -536,3 +559,12 @@ def test_cuda_matches_cpu():
         enc = model.encode(feats.cuda(), lengths.cuda(), need_weights=True)
         half = model(feats.cuda(), lengths.cuda(), tokens.cuda())
     assert torch.isfinite(half).all() and all(torch.isfinite(w).all() for w in enc.attn_weights)
+    real = tokens.ne(PAD)
+    torch.testing.assert_close(half.float().cpu()[real], cpu[real], atol=3e-2, rtol=3e-2)
+    assert torch.equal(enc.padding_mask.cpu(), cpu_enc.padding_mask)
+    keep = ~cpu_enc.padding_mask
+    pairs = keep[:, None, :, None] & keep[:, None, None, :]  # (B, 1, N, N): real queries and keys
+    assert len(enc.attn_weights) == len(cpu_enc.attn_weights)
+    for w16, w32 in zip(enc.attn_weights, cpu_enc.attn_weights):
+        m = pairs.expand_as(w32)
+        torch.testing.assert_close(w16.float().cpu()[m], w32[m], atol=1e-2, rtol=0)

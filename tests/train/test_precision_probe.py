@@ -8,7 +8,7 @@ import torch
 
 from lib import precision
 from lib.train import precision as train_precision
-from lib.data.dataset import SpeechDataset, batch_by_frames, collate
+from lib.data.dataset import PAD_ID, SpeechDataset, batch_by_frames, collate
 from lib.model.config import model_config
 
 
@@ -26,12 +26,35 @@ def test_probe_times_both_precisions_and_leaves_the_rng_alone(prepared: Path) ->
         train_precision.probe_step_times(cfg, batches[:2])
 
 
-def test_probe_with_ctc_runs_the_asr_objective(prepared: Path) -> None:
+def test_probe_with_ctc_runs_the_asr_objective(prepared: Path, monkeypatch) -> None:
+    """The probe times the step a CTC run takes: every batch's loss is CE + ctc_weight x CTC rescaled
+    per target token (lib.train.criterion.Criterion), the CTC computed (lib.train.objectives.ctc_loss)
+    once per batch -- not the cheaper CE-only step of a criterion that ignores the weight."""
+    from lib.train import criterion as criterion_module
+
     ds = SpeechDataset(prepared, "train", "asr")
     batches = [collate(ds, idx) for idx in batch_by_frames(ds.n_frames, 200, shuffle=False)[:3]]
     cfg = model_config("tiny", vocab_size=ds.vocab_size, ctc_vocab_size=ds.vocab_size).to_dict()
+    ctc_calls: list[int] = []
+    real_ctc = criterion_module.ctc_loss
+    monkeypatch.setattr(criterion_module, "ctc_loss", lambda *a, **kw: ctc_calls.append(1) or real_ctc(*a, **kw))
+    seen: list[tuple[object, float, dict]] = []  # (batch, loss, parts) of every step
+    real_forward = criterion_module.Criterion.forward
+
+    def forward(self, batch, host=None):
+        loss, parts = real_forward(self, batch, host)
+        seen.append((batch, float(loss.detach()), parts))
+        return loss, parts
+
+    monkeypatch.setattr(criterion_module.Criterion, "forward", forward)
     steps = train_precision.time_training_steps(cfg, batches, "bf16", ctc_weight=0.3)
     assert len(steps) == 2 and all(s > 0 for s in steps)  # batch 0 is the warm-up
+    assert len(ctc_calls) == 3 and len(seen) == 3 and all(s[0] is b for s, b in zip(seen, batches))
+    for batch, loss, parts in seen:
+        tokens = int(batch.target.ne(PAD_ID).sum())  # target tokens, eos included
+        labels = tokens - len(batch.ids)  # CTC's labels: the targets without their eos
+        assert parts["ctc"] > 0
+        assert loss == pytest.approx(parts["ce"] + 0.3 * parts["ctc"] * tokens / labels, rel=1e-5)
 
 
 def test_probe_times_each_precision_in_its_own_process_and_decides_on_the_median(prepared: Path, monkeypatch,
