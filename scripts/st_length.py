@@ -98,9 +98,18 @@ def extend(source: Path, folder: Path, system: str, pair: str, seed: int, max_up
         sys.exit(f"error: --extend-from: {last} already ran {train['max_updates']} >= {max_updates} updates")
     train["max_updates"] = max_updates
     state["fingerprint"] = ckpt.fingerprint(state["config"])
-    shutil.copytree(src.checkpoints, dst.checkpoints, dirs_exist_ok=True)
+    # the run's own state only: not a state set aside by a change of params, nor a move's temporaries
+    shutil.copytree(src.checkpoints, dst.checkpoints, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("stale-*", ".*.tmp", "last.corrupt.pt"))
     if src.live.exists():
         shutil.copytree(src.live, dst.live, dirs_exist_ok=True)
+    # the copied snapshots are the longer run's weights at those updates: stamped as its own, so that
+    # its average accepts them (lib.train.checkpoint.average_state_dicts)
+    for snap in sorted((dst.checkpoints / "snapshots").glob("update_*.pt")):
+        s = ckpt.load(snap)
+        if "fingerprint" in s:
+            s["fingerprint"] = state["fingerprint"]
+            ckpt.save(snap, s)
     ckpt.save(dst.checkpoints / "last.pt", state)
     return True
 

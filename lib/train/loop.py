@@ -3,8 +3,8 @@
 Read top to bottom: :class:`TrainConfig` (lib/params/) holds plain values; :func:`decide_resume`
 (lib/train/resume.py) decides, once per run, whether ``<out>/checkpoints/last.pt`` is resumed: only when it was made with
 the same config (the same fingerprint of ``{"train": cfg, **run_config}``); a ``last.pt`` of another
-config is set aside as ``last.stale-<its fingerprint>.pt`` with its snapshots and curves (keeping at
-most one such state) and the run starts from scratch, or from the state of its own config that an
+config is set aside in ``stale-<its fingerprint>/`` with its snapshots, fork state and curves (keeping
+at most one such state) and the run starts from scratch, or from the state of its own config that an
 earlier change of params set aside; an unreadable ``last.pt`` falls back to ``prev.pt``, the state one save back. Under torchrun rank 0 decides and broadcasts. :func:`train` takes that
 decision (``lib/train/run.py`` makes it before training, to set up dvclive; ``train`` makes it itself
 when given none), builds the optimizer, restores the resumed state, then runs updates of

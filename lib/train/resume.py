@@ -62,7 +62,7 @@ def decide_resume(ckpt_dir: Path, cfg: TrainConfig, run_config: dict[str, Any],
 
     The fingerprint is computed and ``last.pt`` loaded (at most) once, here. A ``last.pt`` of
     another config is never resumed: ``log`` (default ``tqdm.write``) names the keys that differ,
-    and it is set aside as ``last.stale-<its fingerprint>.pt`` with its snapshots and its training
+    and it is set aside in ``stale-<its fingerprint>/`` with its snapshots, fork state and training
     curves (``live_dir``, when given): :class:`SetAside`. When a state of *this* config was set aside
     earlier (params changed, then changed back), it is brought back and resumed. At most one set-aside
     state is kept: older ones are removed. Under torchrun this is a collective: every rank calls it,
@@ -96,124 +96,202 @@ class ProcessCountChanged(Exception):
 
 @dataclass(frozen=True)
 class SetAside:
-    """The training state of one config, set aside by a params change (all in the checkpoint folder, so
-    deleting it removes them too): ``last.stale-<fp>.pt``, its snapshots (``snapshots.stale-<fp>/``)
-    and its training curves (``live.stale-<fp>/``). Brought back when the params are changed back:
-    the run then continues as if nothing had happened, its final average included."""
+    """The training state of one config, set aside by a params change: one folder in the checkpoint
+    folder, ``stale-<fp>/``, with its ``last.pt``, ``snapshots/``, ``fork.pt`` and training curves
+    (``live/``), so deleting the checkpoint folder removes it too. Brought back when the params are
+    changed back: the run then continues as if nothing had happened, its final average included.
+
+    Each move goes through a temporary folder, ``.aside-<fp>.tmp`` (setting aside) or ``.back-<fp>.tmp``
+    (bringing back), with ``last.pt`` moved last: a kill at any point leaves a move that the next start
+    finishes or undoes (:func:`_finish_moves`), never a ``last.pt`` without its snapshots."""
 
     ckpt_dir: Path
     fingerprint: str
 
     @property
+    def folder(self) -> Path:
+        return self.ckpt_dir / f"stale-{self.fingerprint}"
+
+    @property
     def last(self) -> Path:
-        return self.ckpt_dir / f"last.stale-{self.fingerprint}.pt"
+        return self.folder / "last.pt"
 
     @property
-    def snapshots(self) -> Path:
-        return self.ckpt_dir / f"snapshots.stale-{self.fingerprint}"
+    def aside_tmp(self) -> Path:
+        return self.ckpt_dir / f".aside-{self.fingerprint}.tmp"
 
     @property
-    def live(self) -> Path:
-        return self.ckpt_dir / f"live.stale-{self.fingerprint}"
+    def back_tmp(self) -> Path:
+        return self.ckpt_dir / f".back-{self.fingerprint}.tmp"
 
     @staticmethod
-    def others(ckpt_dir: Path, keep: set[str]) -> list["SetAside"]:
-        """The set-aside states in ``ckpt_dir`` whose fingerprint is not in ``keep``."""
-        fps = {p.name.split(".stale-", 1)[1].removesuffix(".pt") for p in ckpt_dir.glob("*.stale-*")}
-        return [SetAside(ckpt_dir, fp) for fp in sorted(fps - keep)]
+    def all(ckpt_dir: Path) -> list["SetAside"]:
+        return [SetAside(ckpt_dir, p.name.removeprefix("stale-")) for p in sorted(ckpt_dir.glob("stale-*")) if p.is_dir()]
 
-    def remove(self) -> None:
-        self.last.unlink(missing_ok=True)
-        for folder in (self.snapshots, self.live):
-            shutil.rmtree(folder, ignore_errors=True)
+    def update(self) -> int | str:
+        try:
+            return ckpt.load(self.last).get("run_state", {}).get("update", "?")
+        except (FileNotFoundError, RuntimeError):
+            return "?"
 
 
-def _replace_dir(src: Path, dst: Path) -> None:
-    """``src`` becomes ``dst`` (an existing ``dst`` removed first); nothing when ``src`` is absent."""
-    if src.is_dir():
-        shutil.rmtree(dst, ignore_errors=True)
-        os.replace(src, dst)
+def _places(ckpt_dir: Path, live_dir: Path | None) -> list[tuple[str, Path]]:
+    """Where a live run keeps each part of its state, ``last.pt`` last (the order of every move)."""
+    places = [("snapshots", ckpt_dir / "snapshots"), ("fork.pt", ckpt_dir / "fork.pt")]
+    if live_dir is not None:
+        places.append(("live", live_dir))
+    return places + [("last.pt", ckpt_dir / "last.pt")]
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _move(src: Path, dst: Path) -> None:
+    """``src`` to ``dst`` (an existing ``dst`` removed first); a copy where they are on different file
+    systems (a checkpoint folder linked to scratch space, the curves beside it)."""
+    if dst.exists() or dst.is_symlink():
+        _remove(dst)
+    shutil.move(str(src), str(dst))
+
+
+def _finish_moves(ckpt_dir: Path, live_dir: Path | None) -> None:
+    """Finish or undo a move of :class:`SetAside` that a kill interrupted: a state being set aside whose
+    ``last.pt`` had left its place is committed, else its parts go back; a state being brought back whose
+    ``last.pt`` was still aside gets its other parts put in place, then ``last.pt``."""
+    for tmp in sorted(ckpt_dir.glob(".aside-*.tmp")):
+        if (tmp / "last.pt").is_file():
+            _move(tmp, ckpt_dir / f"stale-{tmp.name[len('.aside-'):-len('.tmp')]}")
+            continue
+        for name, place in _places(ckpt_dir, live_dir):
+            if (tmp / name).exists() and not place.exists():
+                _move(tmp / name, place)
+        _remove(tmp)
+    for tmp in sorted(ckpt_dir.glob(".back-*.tmp")):
+        if (tmp / "last.pt").is_file():
+            for name, place in _places(ckpt_dir, live_dir):
+                if (tmp / name).exists():
+                    _move(tmp / name, place)
+        _remove(tmp)
+
+
+def _set_aside(ckpt_dir: Path, fingerprint: str, live_dir: Path | None) -> SetAside:
+    """The live state (``last.pt`` of ``fingerprint`` and its parts) moved to ``stale-<fingerprint>/``."""
+    aside = SetAside(ckpt_dir, fingerprint)
+    aside.aside_tmp.mkdir(exist_ok=True)
+    for name, place in _places(ckpt_dir, live_dir):
+        if place.exists():
+            _move(place, aside.aside_tmp / name)
+    (ckpt_dir / ckpt.PREV).unlink(missing_ok=True)
+    _move(aside.aside_tmp, aside.folder)
+    return aside
+
+
+def _bring_back(own: SetAside, path: Path, live_dir: Path | None, log: Callable[[str], None]) -> dict | None:
+    """The state of this config that a params change set aside, put back in place and returned (None, and
+    the set-aside folder removed, when its ``last.pt`` cannot be read). What sits in the places without a
+    ``last.pt`` (a changed run that stopped before its first save) is removed first."""
+    try:
+        state = ckpt.load(own.last)
+    except RuntimeError as e:
+        reason = str(getattr(e, "__cause__", None) or e).splitlines()[0][:160]
+        _remove(own.folder)
+        log(f"{own.last} cannot be read ({reason}): removed {own.folder.name}; starting from scratch")
+        return None
+    places = _places(own.ckpt_dir, live_dir)
+    for _, place in places:
+        _remove(place)
+    os.replace(own.folder, own.back_tmp)
+    for name, place in places:  # last.pt last
+        if (own.back_tmp / name).exists():
+            _move(own.back_tmp / name, place)
+    _remove(own.back_tmp)
+    log(f"resuming {path} at update {state.get('run_state', {}).get('update', '?')}: the state of these params "
+        f"that a change of params had set aside ({own.folder.name}/), brought back with its snapshots and curves")
+    return state
+
+
+def _same_but_processes(theirs: dict, config: dict) -> bool:
+    """Whether ``theirs`` is ``config`` with another number of processes (``world_size``)."""
+    return "world_size" in theirs and theirs.get("world_size") != config.get("world_size") and \
+        {k: v for k, v in theirs.items() if k != "world_size"} == {k: v for k, v in config.items() if k != "world_size"}
+
+
+def _process_count_changed(path: Path, theirs: dict, config: dict, what: str = "") -> ProcessCountChanged:
+    n, m = theirs["world_size"], config.get("world_size")
+    return ProcessCountChanged(
+        f"error: {path}{what} was made by {n} process{'es' * (n != 1)} and this run has {m}: the same update, but "
+        f"not the same dropout streams, so it would not continue exactly. Resume it with {n} "
+        f"(the stage's train_*.processes: {n}), or delete {path.parent if not what else path.parent.parent} "
+        f"to train this run afresh with {m}")
 
 
 def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable[[str], None],
                    live_dir: Path | None = None) -> dict | None:
-    """``<ckpt_dir>/last.pt`` loaded when its fingerprint is ``fingerprint``; else a mismatching file is
-    set aside (with its snapshots and curves; its ``prev.pt`` removed), and the state of this config set
-    aside earlier, if any, is brought back and returned; else None. An unreadable ``last.pt`` falls back to
-    ``prev.pt``, the state one save back, with one line saying so; with no intact ``prev.pt`` either the run
-    stops (SystemExit) with one line naming the file and the remedy. A missing ``last.pt`` starts from
-    scratch, whatever ``prev.pt`` holds, unless this config's state was set aside (deleting the checkpoint
-    folder is how a user asks for a fresh start)."""
+    """``<ckpt_dir>/last.pt`` loaded when its fingerprint is ``fingerprint``; else a mismatching state is
+    set aside (:class:`SetAside`; its ``prev.pt`` removed), and the state of this config set aside earlier,
+    if any, is brought back and returned; else None. An unreadable ``last.pt`` falls back to ``prev.pt``,
+    the state one save back, with one line saying so; with no intact ``prev.pt`` either the run stops
+    (SystemExit) with one line naming the file and the remedy. A missing ``last.pt`` starts from scratch,
+    whatever ``prev.pt`` holds, unless this config's state was set aside (deleting the checkpoint folder
+    is how a user asks for a fresh start). A state of this config made by another number of processes,
+    live or set aside, stops the run (:class:`ProcessCountChanged`) rather than being thrown away."""
+    _finish_moves(ckpt_dir, live_dir)
     path, prev = ckpt_dir / "last.pt", ckpt_dir / ckpt.PREV
     own = SetAside(ckpt_dir, fingerprint)
+    others = [a for a in SetAside.all(ckpt_dir) if a.fingerprint != fingerprint]
+    if not own.last.is_file():
+        for other in others:  # this run's state made with another process count: never removed silently
+            try:
+                theirs = ckpt.load(other.last).get("config", {})
+            except (FileNotFoundError, RuntimeError):
+                continue
+            if _same_but_processes(theirs, config):
+                raise _process_count_changed(other.last, theirs, config, " (set aside by a change of params)")
     if not path.is_file():
         prev.unlink(missing_ok=True)
         return _bring_back(own, path, live_dir, log) if own.last.is_file() else None
     try:
         state = ckpt.load(path)
     except RuntimeError as e:
-        state = _fall_back_to_prev(path, prev, e, log)
+        state = _fall_back_to_prev(path, prev, e, log, own if own.last.is_file() else None)
     if state.get("fingerprint") == fingerprint:
         return state
     theirs = state.get("config", {})
-    if "world_size" in theirs and theirs.get("world_size") != config.get("world_size") and \
-            {k: v for k, v in theirs.items() if k != "world_size"} == {k: v for k, v in config.items() if k != "world_size"}:
-        n, m = theirs["world_size"], config.get("world_size")
-        raise ProcessCountChanged(
-            f"error: {path} was made by {n} process{'es' * (n != 1)} and this run has {m}: the same update, but "
-            f"not the same dropout streams, so it would not continue exactly. Resume it with {n} "
-            f"(the stage's train_*.processes: {n}), or delete {path.parent} to train this run afresh with {m}")
-    diff = ckpt.config_diff(state.get("config", {}), config)
-    aside = SetAside(ckpt_dir, str(state.get("fingerprint", "unknown")))
-    removed = SetAside.others(ckpt_dir, keep={aside.fingerprint, own.fingerprint})
+    if _same_but_processes(theirs, config):
+        raise _process_count_changed(path, theirs, config)
+    diff = ckpt.config_diff(theirs, config)
+    aside = _set_aside(ckpt_dir, str(state.get("fingerprint", "unknown")), live_dir)
+    removed = [o for o in others if o.fingerprint != aside.fingerprint]
     for old in removed:  # keep at most one set-aside state: the newest
-        old.remove()
-    # last.pt first: once it is gone, nothing resumes the snapshots and curves that follow it aside
-    os.replace(path, aside.last)
-    prev.unlink(missing_ok=True)
-    _replace_dir(ckpt_dir / "snapshots", aside.snapshots)
-    if live_dir is not None:
-        _replace_dir(live_dir, aside.live)
+        _remove(old.folder)
+    for legacy in ckpt_dir.glob("last.stale-*.pt"):  # the layout of earlier versions: a last.pt without snapshots
+        legacy.unlink()
     back = own.last.is_file()
     log(f"NOT resuming {path}: it was made with a different config ({'; '.join(diff) or 'fingerprint differs'}); "
-        f"moved it to {aside.last.name}" + (f" (removed the older {', '.join(o.last.name for o in removed)})" if removed else "")
-        + (", with its snapshots and curves" if back else " and starting from scratch"))
+        f"set it aside in {aside.folder.name}/ with its snapshots and curves"
+        + (f" (removed the older {', '.join(o.folder.name + '/' for o in removed)})" if removed else "")
+        + ("" if back else " and starting from scratch"))
     return _bring_back(own, path, live_dir, log) if back else None
 
 
-def _bring_back(own: SetAside, path: Path, live_dir: Path | None, log: Callable[[str], None]) -> dict | None:
-    """The state of this config that a params change set aside, put back in place and returned (None,
-    the stale files removed, when it cannot be read). Snapshots and curves first, ``last.pt`` last: a kill
-    in between leaves the set-aside ``last.pt``, which the next start brings back again."""
-    if not own.snapshots.is_dir():  # set aside by earlier code, which left its snapshots behind
-        log(f"{own.last} was set aside without its snapshots (by an earlier version): starting from scratch")
-        return None
-    try:
-        state = ckpt.load(own.last)
-    except RuntimeError as e:
-        reason = str(getattr(e, "__cause__", None) or e).splitlines()[0][:160]
-        own.remove()
-        log(f"{own.last} cannot be read ({reason}): removed it; starting from scratch")
-        return None
-    _replace_dir(own.snapshots, path.parent / "snapshots")
-    if live_dir is not None:
-        _replace_dir(own.live, live_dir)
-    os.replace(own.last, path)
-    log(f"resuming {path} at update {state.get('run_state', {}).get('update', '?')}: the state of these params "
-        f"that a change of params had set aside ({own.last.name}), brought back with its snapshots and curves")
-    return state
-
-
-def _fall_back_to_prev(path: Path, prev: Path, error: Exception, log: Callable[[str], None]) -> dict:
+def _fall_back_to_prev(path: Path, prev: Path, error: Exception, log: Callable[[str], None],
+                       own: SetAside | None = None) -> dict:
     """The state of ``prev`` for an unreadable ``path``: ``path`` is kept as ``last.corrupt.pt`` and
-    ``prev`` becomes ``path`` (so the next save does not link the corrupt file to ``prev.pt``)."""
+    ``prev`` becomes ``path`` (so the next save does not link the corrupt file to ``prev.pt``). With
+    neither readable, the run stops; its remedy names ``own``, this config's set-aside state, if any."""
     reason = str(getattr(error, "__cause__", None) or error).splitlines()[0][:160]
     corrupt = path.with_name("last.corrupt.pt")
     try:
         state = ckpt.load(prev)
     except (FileNotFoundError, RuntimeError):
+        remedy = (f"delete {path} to resume the state of these params set aside at update {own.update()} "
+                  f"({own.folder.name}/), or " if own is not None else "")
         raise SystemExit(f"error: {path} cannot be read ({reason}) and there is no intact earlier training "
-                         f"state ({prev.name}): delete {path.parent} to train this run from scratch") from None
+                         f"state ({prev.name}): {remedy}delete {path.parent} to train this run from scratch") from None
     # The unreadable file gets a second name first, then one rename puts prev in its place: a kill at any
     # point leaves a last.pt (the unreadable one, with prev.pt beside it, or the intact one), never a
     # missing last.pt, which would make the next start train from scratch.

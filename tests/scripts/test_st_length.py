@@ -144,3 +144,30 @@ def test_curves_from_a_finished_draw(setting, tmp_path: Path) -> None:  # noqa: 
     with pytest.raises(SystemExit, match="missing"):
         st_length.main(["--max-updates", "4", "--eval-every", "2", "--params", str(params), "--source",
                         str(tmp_path / "nothing"), "--workdir", str(tmp_path / "len2")], runner=in_process([]))
+
+
+def test_extend_stamps_the_copied_snapshots_and_leaves_set_aside_states_behind(tmp_path: Path) -> None:
+    """--extend-from copies a finished run's state into the longer run's folder: its snapshots are the
+    longer run's weights at those updates, so they carry the longer run's fingerprint (its average refuses
+    snapshots of another config); a state set aside by a change of params is not the run's and stays."""
+    from lib.layout import RunPaths
+    from lib.train import checkpoint as ckpt
+
+    src = RunPaths(tmp_path / "short", "baseline", "en-de", 1)
+    config = {"train": {"max_updates": 4, "eval_every": 2}, "task": "st"}
+    ckpt.save(src.checkpoints / "last.pt", {"fingerprint": ckpt.fingerprint(config), "config": config})
+    for u in (2, 4):
+        ckpt.save(ckpt.snapshot_path(src.checkpoints / "snapshots", u),
+                  {"model": {"w": torch.full((2,), float(u))}, "update": u, "fingerprint": ckpt.fingerprint(config)})
+    (src.checkpoints / "stale-0123abcd").mkdir()
+    src.model.parent.mkdir(parents=True, exist_ok=True)
+    src.model.write_bytes(b"model")
+    assert st_length.extend(tmp_path / "short", tmp_path / "long", "baseline", "en-de", 1, 8, 2)
+    dst = RunPaths(tmp_path / "long", "baseline", "en-de", 1)
+    fp = ckpt.load(dst.checkpoints / "last.pt")["fingerprint"]
+    assert fp != ckpt.fingerprint(config)
+    snaps = sorted((dst.checkpoints / "snapshots").glob("update_*.pt"))
+    assert [p.name for p in snaps] == ["update_0000002.pt", "update_0000004.pt"]
+    assert all(ckpt.load(p)["fingerprint"] == fp for p in snaps)
+    assert torch.equal(ckpt.average_state_dicts(snaps, fp)["w"], torch.full((2,), 3.0))
+    assert not list(dst.checkpoints.glob("stale-*"))

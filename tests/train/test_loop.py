@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -272,9 +271,10 @@ def test_last_pt_of_another_config_is_moved_aside(prepared: Path, tmp_path: Path
     assert "train.lr: 0.002 -> 0.001" in log and "train.max_updates: 4 -> 2" in log
     assert "model.dropout: 0.1 -> 0.2" in log
     assert "starting from scratch" in log
-    stale = out / "checkpoints" / f"last.stale-{old_fp}.pt"
-    assert stale.is_file() and f"moved it to {stale.name}" in log
-    assert ckpt.load(stale)["fingerprint"] == old_fp
+    stale = out / "checkpoints" / f"stale-{old_fp}"
+    assert f"set it aside in {stale.name}/ with its snapshots and curves" in log
+    assert ckpt.load(stale / "last.pt")["fingerprint"] == old_fp
+    assert sorted(p.name for p in (stale / "snapshots").iterdir()) == ["update_0000002.pt", "update_0000004.pt"]
     assert ckpt.load(out / "checkpoints/last.pt")["fingerprint"] == summary["fingerprint"] != old_fp
 
     # from scratch == a fresh run of the new config in an empty folder
@@ -311,8 +311,8 @@ def test_a_run_resumed_with_another_process_count_stops_and_says_how(tmp_path: P
 
 def test_only_the_newest_stale_last_pt_is_kept(prepared: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """Two config changes in a row: each mismatching last.pt is moved aside, the older stale file
-    is removed, so one ``last.stale-*.pt`` remains (the most recent config's)."""
+    """Two config changes in a row: each mismatching state is set aside, the older one is removed, so
+    one ``stale-*/`` remains (the most recent config's)."""
     out, ckpt_dir = tmp_path / "run", tmp_path / "run" / "checkpoints"
     short = {"max_updates": 1, "save_every": 1, "eval_every": 1}
     fps = []
@@ -322,9 +322,9 @@ def test_only_the_newest_stale_last_pt_is_kept(prepared: Path, tmp_path: Path,
     assert len(set(fps)) == 3
     log = capsys.readouterr().out
     assert log.count("NOT resuming") == 2 and "resumed from" not in log
-    assert f"moved it to last.stale-{fps[1]}.pt (removed the older last.stale-{fps[0]}.pt)" in log
-    assert sorted(p.name for p in ckpt_dir.glob("last.stale-*.pt")) == [f"last.stale-{fps[1]}.pt"]
-    assert ckpt.load(ckpt_dir / f"last.stale-{fps[1]}.pt")["config"]["train"]["lr"] == 1e-3
+    assert f"set it aside in stale-{fps[1]}/ with its snapshots and curves (removed the older stale-{fps[0]}/)" in log
+    assert sorted(p.name for p in ckpt_dir.glob("*stale-*")) == [f"stale-{fps[1]}"]
+    assert ckpt.load(ckpt_dir / f"stale-{fps[1]}/last.pt")["config"]["train"]["lr"] == 1e-3
     assert ckpt.load(ckpt_dir / "last.pt")["fingerprint"] == fps[2]
 
     # decide_resume alone: a mismatch moves last.pt aside (replacing the stale file) and says start afresh
@@ -335,7 +335,7 @@ def test_only_the_newest_stale_last_pt_is_kept(prepared: Path, tmp_path: Path,
                            messages.append)
     assert resume.state is None and len(messages) == 1 and "NOT resuming" in messages[0]
     assert not (ckpt_dir / "last.pt").exists()
-    assert sorted(p.name for p in ckpt_dir.glob("last.stale-*.pt")) == [f"last.stale-{fps[2]}.pt"]
+    assert sorted(p.name for p in ckpt_dir.glob("*stale-*")) == [f"stale-{fps[2]}"]
 
 
 class _Interrupt(Exception):
@@ -368,7 +368,7 @@ def test_params_changed_back_bring_back_the_state_set_aside(prepared: Path, tmp_
         with pytest.raises(_Interrupt):
             _driver.run_training(prepared, out, train_overrides=overrides)
         monkeypatch.undo()
-    fp_a = ckpt.load(ckpt_dir / f"last.stale-{_fingerprint(prepared, a)}.pt")["fingerprint"]
+    fp_a = ckpt.load(ckpt_dir / f"stale-{_fingerprint(prepared, a)}/last.pt")["fingerprint"]
     assert (ckpt_dir / "last.pt").is_file() == b_saved
     capsys.readouterr()
 
@@ -383,11 +383,11 @@ def test_params_changed_back_bring_back_the_state_set_aside(prepared: Path, tmp_
     avg, ref_avg = ckpt.load(ckpt_dir / "avg_last_k.pt"), ckpt.load(tmp_path / "ref/checkpoints/avg_last_k.pt")
     assert avg["updates"] == ref_avg["updates"] == [4, 6]
     assert_same_state(avg["model"], ref_avg["model"])
-    stale = sorted(p.name for p in ckpt_dir.glob("*.stale-*"))
+    stale = sorted(p.name for p in ckpt_dir.glob("*stale-*"))
     fp_b = _fingerprint(prepared, b)
-    assert stale == ([f"last.stale-{fp_b}.pt", f"snapshots.stale-{fp_b}"] if b_saved else [])
+    assert stale == ([f"stale-{fp_b}"] if b_saved else [])
     if b_saved:
-        assert [p.name for p in (ckpt_dir / f"snapshots.stale-{fp_b}").iterdir()] == ["update_0000002.pt"]
+        assert [p.name for p in (ckpt_dir / f"stale-{fp_b}/snapshots").iterdir()] == ["update_0000002.pt"]
 
 
 def _fingerprint(prepared: Path, overrides: dict) -> str:
@@ -397,41 +397,176 @@ def _fingerprint(prepared: Path, overrides: dict) -> str:
     return ckpt.fingerprint({"train": train_config_dict(_driver.train_config(**overrides)), **run_config})
 
 
-def test_decide_resume_sets_aside_and_brings_back_snapshots_and_curves(tmp_path: Path) -> None:
-    """decide_resume with the run's curves folder: a last.pt of another config goes aside with its
-    snapshots and curves (the run starts with neither); changing back brings all three back. A state set
-    aside by earlier code, without its snapshots, is not resumed (its average could not be made)."""
-    from lib.train.resume import decide_resume, train_config_dict
+def _fake_state(ckpt_dir: Path, live: Path, run_config: dict, update: int, tag: str) -> str:
+    """A run's state as the loop leaves it (last.pt, a snapshot, fork.pt, a curve), each part holding
+    ``tag``; returns its fingerprint."""
+    from lib.train.resume import train_config_dict
+
+    config = {"train": train_config_dict(_driver.train_config()), **run_config}
+    fp = ckpt.fingerprint(config)
+    ckpt.save(ckpt_dir / "last.pt", {"fingerprint": fp, "config": config, "run_state": {"update": update}})
+    (ckpt_dir / "snapshots").mkdir(parents=True, exist_ok=True)
+    (ckpt_dir / f"snapshots/update_{update:07d}.pt").write_text(tag)
+    (ckpt_dir / "fork.pt").write_text(tag)
+    live.mkdir(parents=True, exist_ok=True)
+    (live / "curve.tsv").write_text(tag)
+    return fp
+
+
+def _parts(ckpt_dir: Path, live: Path, update: int) -> tuple:
+    """(last.pt's update, the snapshot's, fork.pt's and the curve's tags) in their places, None if absent."""
+    read = lambda p: p.read_text() if p.exists() else None  # noqa: E731
+    last = ckpt_dir / "last.pt"
+    return (ckpt.load(last)["run_state"]["update"] if last.exists() else None,
+            read(ckpt_dir / f"snapshots/update_{update:07d}.pt"), read(ckpt_dir / "fork.pt"), read(live / "curve.tsv"))
+
+
+RUN_X = {"task": "asr", "data": "x", "world_size": 1}
+RUN_Y = {"task": "asr", "data": "y", "world_size": 1}
+
+
+def test_decide_resume_sets_aside_and_brings_back_every_part(tmp_path: Path) -> None:
+    """decide_resume with the run's curves folder: a state of another config goes aside whole (last.pt,
+    snapshots, fork.pt, curves) into stale-<fp>/, and the run starts with none of them; changing back
+    brings every part back. A set-aside last.pt of earlier versions (last.stale-<fp>.pt, without its
+    snapshots) is never resumed, and goes at the next set-aside."""
+    from lib.train.resume import decide_resume
 
     cfg = _driver.train_config()
     ckpt_dir, live = tmp_path / "checkpoints", tmp_path / "live"
-    run_x, run_y = {"task": "asr", "data": "x", "world_size": 1}, {"task": "asr", "data": "y", "world_size": 1}
-    fp_x = ckpt.fingerprint({"train": train_config_dict(cfg), **run_x})
-    ckpt.save(ckpt_dir / "last.pt", {"fingerprint": fp_x, "config": {"train": train_config_dict(cfg), **run_x},
-                                     "run_state": {"update": 6}})
-    (ckpt_dir / "snapshots").mkdir()
-    (ckpt_dir / "snapshots/update_0000006.pt").write_bytes(b"x6")
-    live.mkdir()
-    (live / "curve.tsv").write_text("x")
+    fp_x = _fake_state(ckpt_dir, live, RUN_X, 6, "x")
+    (ckpt_dir / "last.stale-0123abcd.pt").write_bytes(b"earlier layout")
     logged: list[str] = []
 
-    assert decide_resume(ckpt_dir, cfg, run_y, logged.append, live_dir=live).state is None
-    assert "NOT resuming" in logged[-1] and "starting from scratch" in logged[-1]
-    assert not live.exists() and not (ckpt_dir / "snapshots").exists() and not (ckpt_dir / "last.pt").exists()
-    assert (ckpt_dir / f"snapshots.stale-{fp_x}/update_0000006.pt").read_bytes() == b"x6"
-    assert (ckpt_dir / f"live.stale-{fp_x}/curve.tsv").read_text() == "x"
+    assert decide_resume(ckpt_dir, cfg, RUN_Y, logged.append, live_dir=live).state is None
+    assert "NOT resuming" in logged[-1] and f"set it aside in stale-{fp_x}/" in logged[-1]
+    assert "starting from scratch" in logged[-1]
+    assert _parts(ckpt_dir, live, 6) == (None, None, None, None)
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == [f"stale-{fp_x}"]
+    assert sorted(p.name for p in (ckpt_dir / f"stale-{fp_x}").iterdir()) == ["fork.pt", "last.pt", "live", "snapshots"]
 
-    resume = decide_resume(ckpt_dir, cfg, run_x, logged.append, live_dir=live)
+    resume = decide_resume(ckpt_dir, cfg, RUN_X, logged.append, live_dir=live)
     assert resume.state is not None and resume.state["run_state"]["update"] == 6
     assert "at update 6" in logged[-1] and "brought back" in logged[-1]
-    assert (ckpt_dir / "snapshots/update_0000006.pt").read_bytes() == b"x6" and (live / "curve.tsv").read_text() == "x"
-    assert (ckpt_dir / "last.pt").is_file() and not list(ckpt_dir.glob("*.stale-*"))
+    assert _parts(ckpt_dir, live, 6) == (6, "x", "x", "x")
+    assert not list(ckpt_dir.glob("*stale-*")) and not list(ckpt_dir.glob(".*.tmp"))
 
-    # set aside by earlier code: last.stale-<fp>.pt alone
-    os.replace(ckpt_dir / "last.pt", ckpt_dir / f"last.stale-{fp_x}.pt")
-    shutil.rmtree(ckpt_dir / "snapshots")
-    assert decide_resume(ckpt_dir, cfg, run_x, logged.append, live_dir=live).state is None
-    assert "without its snapshots" in logged[-1] and "starting from scratch" in logged[-1]
+
+def test_a_changed_run_that_stopped_before_saving_leaves_nothing_in_the_way(tmp_path: Path) -> None:
+    """Params changed (X set aside), the changed run stopped before its first save, leaving a snapshot
+    folder, a fork state and curves but no last.pt; params changed back: X comes back, the leftovers go."""
+    from lib.train.resume import decide_resume
+
+    cfg = _driver.train_config()
+    ckpt_dir, live = tmp_path / "checkpoints", tmp_path / "live"
+    _fake_state(ckpt_dir, live, RUN_X, 6, "x")
+    decide_resume(ckpt_dir, cfg, RUN_Y, lambda m: None, live_dir=live)
+    (ckpt_dir / "snapshots").mkdir()
+    (ckpt_dir / "snapshots/update_0000006.pt").write_text("y")
+    (ckpt_dir / "fork.pt").write_text("y")
+    live.mkdir()
+    (live / "curve.tsv").write_text("y")
+    assert decide_resume(ckpt_dir, cfg, RUN_X, lambda m: None, live_dir=live).state["run_state"]["update"] == 6
+    assert _parts(ckpt_dir, live, 6) == (6, "x", "x", "x")
+
+
+@pytest.mark.parametrize("kill", ["aside_before_last", "aside_before_commit", "back_before_last"])
+@pytest.mark.parametrize("then", ["X", "Y"])
+def test_a_kill_while_a_state_moves_is_finished_or_undone_by_the_next_start(tmp_path: Path, kill: str, then: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill during any move of a state (setting X aside for Y; bringing X back) is finished or undone
+    when the next run starts, whichever params it has: X's parts stay together, either all in place
+    (X resumes) or all aside (Y starts from scratch)."""
+    from lib.train import resume as resume_module
+    from lib.train.resume import decide_resume
+
+    cfg = _driver.train_config()
+    ckpt_dir, live = tmp_path / "checkpoints", tmp_path / "live"
+    fp_x = _fake_state(ckpt_dir, live, RUN_X, 6, "x")
+    if kill == "back_before_last":
+        decide_resume(ckpt_dir, cfg, RUN_Y, lambda m: None, live_dir=live)
+    real_move = resume_module._move
+
+    def move(src: Path, dst: Path) -> None:
+        killed = {"aside_before_last": src == ckpt_dir / "last.pt" and ".aside-" in dst.parent.name,
+                  "aside_before_commit": dst == ckpt_dir / f"stale-{fp_x}",
+                  "back_before_last": dst == ckpt_dir / "last.pt"}[kill]
+        if killed:
+            raise KeyboardInterrupt
+        real_move(src, dst)
+
+    monkeypatch.setattr(resume_module, "_move", move)
+    with pytest.raises(KeyboardInterrupt):
+        decide_resume(ckpt_dir, cfg, RUN_X if kill == "back_before_last" else RUN_Y, lambda m: None, live_dir=live)
+    monkeypatch.undo()
+
+    resume = decide_resume(ckpt_dir, cfg, RUN_X if then == "X" else RUN_Y, lambda m: None, live_dir=live)
+    if then == "X":
+        assert resume.state is not None and resume.state["run_state"]["update"] == 6
+        assert _parts(ckpt_dir, live, 6) == (6, "x", "x", "x")
+        assert not list(ckpt_dir.glob("*stale-*"))
+    else:
+        assert resume.state is None and _parts(ckpt_dir, live, 6) == (None, None, None, None)
+        aside = ckpt_dir / f"stale-{fp_x}"
+        assert (aside / f"snapshots/update_{6:07d}.pt").read_text() == (aside / "fork.pt").read_text() == "x"
+        assert (aside / "live/curve.tsv").read_text() == "x" and ckpt.load(aside / "last.pt")["fingerprint"] == fp_x
+    assert not list(ckpt_dir.glob(".*.tmp"))
+
+
+def test_a_set_aside_state_of_another_process_count_stops_the_run(tmp_path: Path) -> None:
+    """X (1 process) set aside by Y, then X again with 2 processes: not a fresh start that would remove X's
+    state at the next change of params, but the process-count line naming the set-aside file."""
+    from lib.train.resume import decide_resume
+
+    cfg = _driver.train_config()
+    ckpt_dir, live = tmp_path / "checkpoints", tmp_path / "live"
+    fp_x = _fake_state(ckpt_dir, live, RUN_X, 6, "x")
+    decide_resume(ckpt_dir, cfg, RUN_Y, lambda m: None, live_dir=live)
+    with pytest.raises(SystemExit, match=rf"stale-{fp_x}/last.pt \(set aside by a change of params\) was made by 1 "
+                                         r"process and this run has 2: .* Resume it with 1"):
+        decide_resume(ckpt_dir, cfg, {**RUN_X, "world_size": 2}, lambda m: None, live_dir=live)
+    assert (ckpt_dir / f"stale-{fp_x}/last.pt").is_file()
+
+
+def test_an_unreadable_last_pt_names_the_set_aside_state_in_its_remedy(tmp_path: Path) -> None:
+    """Y's only last.pt is truncated (no prev.pt) and the params are back at X, whose state is aside: the
+    one-line remedy says that deleting last.pt resumes it, not only that deleting the folder starts afresh."""
+    from lib.train.resume import decide_resume
+
+    cfg = _driver.train_config()
+    ckpt_dir, live = tmp_path / "checkpoints", tmp_path / "live"
+    fp_x = _fake_state(ckpt_dir, live, RUN_X, 6, "x")
+    decide_resume(ckpt_dir, cfg, RUN_Y, lambda m: None, live_dir=live)
+    (ckpt_dir / "last.pt").write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(SystemExit, match=rf"delete .*last.pt to resume the state of these params set aside at "
+                                         rf"update 6 \(stale-{fp_x}/\), or delete .*checkpoints to train"):
+        decide_resume(ckpt_dir, cfg, RUN_X, lambda m: None, live_dir=live)
+    (ckpt_dir / "last.pt").unlink()
+    assert decide_resume(ckpt_dir, cfg, RUN_X, lambda m: None, live_dir=live).state["run_state"]["update"] == 6
+
+
+def test_curves_on_another_file_system_are_copied_aside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint folder on other storage than the curves (a link to scratch space): a rename between
+    them fails (EXDEV), so the curves are copied; the state goes aside and comes back whole."""
+    import errno
+
+    from lib.train.resume import decide_resume
+
+    cfg = _driver.train_config()
+    ckpt_dir, live = tmp_path / "checkpoints", tmp_path / "live"
+    _fake_state(ckpt_dir, live, RUN_X, 6, "x")
+    real_rename = os.rename
+
+    def rename(src, dst):  # noqa: ANN001, ANN202
+        if (Path(src) == live) != (Path(dst) == live):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    decide_resume(ckpt_dir, cfg, RUN_Y, lambda m: None, live_dir=live)
+    assert not live.exists()
+    assert decide_resume(ckpt_dir, cfg, RUN_X, lambda m: None, live_dir=live).state["run_state"]["update"] == 6
+    assert _parts(ckpt_dir, live, 6) == (6, "x", "x", "x")
 
 
 def test_the_average_refuses_a_snapshot_of_another_config(tmp_path: Path) -> None:

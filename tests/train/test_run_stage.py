@@ -174,8 +174,12 @@ def test_the_thread_count_is_part_of_the_run(prepared: Path, tmp_path: Path, cap
         capsys.readouterr()
         again = run(spec, progress=False)  # same threads: resumes at its last update, same metrics
         assert again == metrics and "resumed from" in "".join(capsys.readouterr())
+        curves = {p.relative_to(spec.paths.live): p.read_text() for p in spec.paths.live.rglob("*.tsv")}
         other = run(dataclasses.replace(spec, threads=2), progress=False)
-        assert other["threads"] == 2 and list(spec.paths.checkpoints.glob("last.stale-*.pt"))
+        assert other["threads"] == 2 and list(spec.paths.checkpoints.glob("stale-*/last.pt"))
         assert "threads" in "".join(capsys.readouterr())  # the key that differs is named
+        back = run(spec, progress=False)  # threads 1 again: its state, curves included, comes back
+        assert back == metrics and "brought back" in "".join(capsys.readouterr())
+        assert {p.relative_to(spec.paths.live): p.read_text() for p in spec.paths.live.rglob("*.tsv")} == curves != {}
     finally:
         torch.set_num_threads(before)
