@@ -27,11 +27,17 @@ def test_mean_ci_by_hand() -> None:
 
 
 def test_spearman_hand_cases() -> None:
+    """Spearman by hand: perfect agreement, reversal, a constant side, and ties given average ranks
+    (one tie case where min ranks would give a different value)."""
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert spearman([1, 2, 3], [5, 5, 5]) == 0.0
     # ties get average ranks: y ranks (1.5, 1.5, 3) against x ranks (1, 2, 3)
     assert spearman([1, 2, 3], [7, 7, 9]) == pytest.approx(0.8660254, abs=1e-6)
+    # a tie that min ranks (1, 2, 2, 4) would get wrong: average ranks (1, 2.5, 2.5, 4) against (1, 2, 3, 4)
+    # give sxy = 4.5, sxx = 5, syy = 4.5, r = 4.5 / sqrt(22.5) = 0.9487 (min ranks: 4.5 / sqrt(23.75) = 0.9234)
+    assert spearman([1, 2, 3, 4], [3, 5, 5, 9]) == pytest.approx(4.5 / 22.5 ** 0.5, abs=1e-9)
+    assert spearman([1, 2, 3, 4], [3, 5, 5, 9]) == pytest.approx(0.9487, abs=1e-4)
     with pytest.raises(ValueError, match="equal-length"):
         spearman([1, 2], [1])
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 import yaml
 
 from lib.analysis.health import band_test, band_test_configs, band_test_table, teacher_forced, with_local_layers
+from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.model.spec import shuffled_control_windows, uniform_control_window
 from tests.analysis.test_health import _batch, _tiny
 from tests.analysis.test_stages import ANALYSIS, N_LAYERS, PAIR, _is_png, _run_stage, layout, one_thread  # noqa: F401
@@ -56,6 +58,33 @@ def test_band_test_extra_configurations() -> None:
     assert res["mine"] == teacher_forced(with_local_layers(model, [3, 1], 1), [batch], 1)
     with pytest.raises(ValueError, match="'w1' given twice"):
         band_test(model, [batch], full_layers=1, windows=[1], extra={"w1": [1, 1]})
+
+
+def test_local_layers_take_the_windows_in_layer_order() -> None:
+    """with_local_layers gives layer full_layers + i the i-th window: the rebuilt encoder's per-layer
+    attention (config and modules) is the spec written out by hand, its logits (and band_test's row) are
+    those of a model built with that spec directly, and the reversed windows give other logits."""
+    model, batch = _tiny(), _batch()
+    expected = [{"type": "full"}, {"type": "local", "window": 3}, {"type": "local", "window": 1}]
+    local = with_local_layers(model, [3, 1], 1)
+    assert local.cfg.encoder_attention == expected
+    assert [(type(layer.self_attn).__name__, getattr(layer.self_attn, "window", None)) for layer in local.encoder.layers] \
+        == [("FullAttention", None), ("LocalAttention", 3), ("LocalAttention", 1)]
+    torch.manual_seed(0)
+    ref = S2TTransformer(model_config("tiny", vocab_size=20, encoder_layers=3, encoder_attention=expected)).eval()
+    ref.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        got = local(batch.feats, batch.feat_lengths, batch.prev_tokens)
+        want = ref(batch.feats, batch.feat_lengths, batch.prev_tokens)
+        reversed_ = with_local_layers(model, [1, 3], 1)(batch.feats, batch.feat_lengths, batch.prev_tokens)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(reversed_, want, rtol=1e-3, atol=1e-3)  # the order matters for this input
+    res = band_test(model, [batch], full_layers=1, windows=[], extra={"mine": [3, 1]})
+    assert res["mine"] == teacher_forced(ref, [batch], 1)
+    # with the relative-position bias: the same windows in the same order, as dense banded attention
+    banded = with_local_layers(_tiny(rel_pos_bias=4), [3, 1], 1)
+    assert banded.cfg.encoder_attention == [{"type": "full"}, {"type": "banded", "window": 3}, {"type": "banded", "window": 1}]
+    assert [getattr(layer.self_attn, "window", None) for layer in banded.encoder.layers] == [None, 3, 1]
 
 
 def test_band_test_stage_end_to_end(layout, monkeypatch):

@@ -155,6 +155,46 @@ def test_analyze_outputs_and_figures(analyzed):
         assert _is_png(analyzed / "plots" / "analysis" / PAIR / name)
 
 
+def _diagonality_by_hand(c: np.ndarray) -> np.ndarray:
+    """D(w) for w = 1 .. 2N straight from Eq. 6: (1/N) times the sum of C_ij over |i - j| <= w // 2."""
+    n = c.shape[0]
+    offset = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    return np.array([c[offset <= w // 2].sum() / n for w in range(1, 2 * n + 1)])
+
+
+def test_analyze_ccd_and_diagonal_share_recomputed(analyzed):
+    """ccd.json's per-sentence CCD and D(1) of every layer, and the metrics' per-layer mean / std / D(1), are
+    those of each layer's own contribution matrices, recomputed here from the models on the same sentences
+    (D(1) = the main-diagonal share, not a wider D(w))."""
+    per = json.loads((analyzed / "data" / "analysis" / PAIR / "ccd.json").read_text())
+    metrics = json.loads((analyzed / "metrics" / "analysis" / f"{PAIR}.json").read_text())
+    ds = SpeechDataset(analyzed / "data" / "prepared" / PAIR, ANALYSIS["split"], "asr")
+    row_of = {r["id"]: i for i, r in enumerate(ds.rows)}
+    models = {"asr": "runs/asr/en-de/model.pt", "st": "runs/baseline/en-de/seed1/model.pt"}
+    for role, rel in models.items():
+        model, _ = load_model(analyzed / rel)
+        ccds, d1s, d3s = [], [], []
+        for rid in per["ids"]:
+            mats = contribution_matrices(model, ds.features(row_of[rid]), value_bias=ANALYSIS["value_bias"],
+                                         residual=ANALYSIS["residual"])
+            curves = [_diagonality_by_hand(c.numpy()) for c in mats]
+            ccds.append([float(((d[:-1] + d[1:]) / 2).mean()) for d in curves])  # trapezoid rule over w = 1 .. 2N
+            d1s.append([float(d[0]) for d in curves])
+            d3s.append([float(d[2]) for d in curves])
+        np.testing.assert_allclose(per[role]["ccd"], ccds, rtol=0, atol=2e-6)
+        np.testing.assert_allclose(per[role]["diag_share"], d1s, rtol=0, atol=2e-6)
+        ccd_arr, d1_arr = np.array(ccds), np.array(d1s)
+        # the check can tell layers apart and D(1) from D(3)
+        assert np.ptp(ccd_arr.mean(0)) > 1e-3 and np.min(np.array(d3s) - d1_arr) > 1e-3
+        for li in range(N_LAYERS):
+            got = metrics[role]["layers"][f"l{li + 1:02d}"]
+            assert got["ccd_mean"] == pytest.approx(ccd_arr[:, li].mean(), abs=2e-6)
+            assert got["ccd_std"] == pytest.approx(ccd_arr[:, li].std(ddof=ANALYSIS["ddof"]), abs=2e-6)
+            assert got["diag_share"] == pytest.approx(d1_arr[:, li].mean(), abs=2e-6)
+        assert metrics[role]["ccd_mean"] == pytest.approx(ccd_arr.mean(), abs=2e-6)
+        assert metrics[role]["diag_share"] == pytest.approx(d1_arr.mean(), abs=2e-6)
+
+
 def test_transparency_npz_matches_the_model(analyzed):
     """The saved tensors are the model's: re-running it gives the same C (and C from the npz)."""
     out = analyzed / "data" / "analysis" / PAIR / "transparency"

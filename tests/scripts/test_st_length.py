@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from lib.stats import paired_interval, t_quantile
 from tests.dvc_repo import REPO
 from tests.scripts.test_asr_draws import in_process, setting  # noqa: F401 (the fixture)
 
@@ -58,6 +59,8 @@ def test_power_law_projection_recovers_the_curve_and_its_flat_length() -> None:
 
 @pytest.mark.slow
 def test_curves_from_a_finished_draw(setting, tmp_path: Path) -> None:  # noqa: F811
+    """Baseline and local runs from a finished draw: their dev curves, local − baseline per step with its interval
+    over seeds paired by seed (checked against the per-seed NLL read back), and --extend-from / --systems."""
     params, prepared = setting
     raw = yaml.safe_load(params.read_text())
     raw["seeds"] = [1, 2]
@@ -87,6 +90,13 @@ def test_curves_from_a_finished_draw(setting, tmp_path: Path) -> None:  # noqa: 
     d = rows[1]["nll"]["local_minus_baseline"]
     assert d["mean"] == pytest.approx(round(sum(nll["local"]) / 2 - sum(nll["baseline"]) / 2, 4), abs=1e-4)
     assert d["n"] == 2 and d["ci95_lo"] is not None
+    # the interval is that of the per-seed differences, local seed k minus baseline seed k (t with 1 df)
+    diffs = [nll["local"][k] - nll["baseline"][k] for k in range(2)]
+    half = t_quantile(0.975, 1) * abs(diffs[0] - diffs[1]) / 2  # stdev of two values |a - b| / sqrt(2), / sqrt(2)
+    assert d["ci95_lo"] == pytest.approx(round(sum(diffs) / 2 - half, 4), abs=2e-4)
+    assert d["ci95_hi"] == pytest.approx(round(sum(diffs) / 2 + half, 4), abs=2e-4)
+    assert d == paired_interval(nll["local"], nll["baseline"]).as_dict(4)
+    assert d != paired_interval(nll["local"], nll["baseline"][::-1]).as_dict(4)  # seeds mispaired: another interval
     assert rows[1]["baseline_nll_last_tenth_gain"] is not None and rows[0]["baseline_nll_last_tenth_gain"] is None
     saved = json.loads((tmp_path / "out" / "len.json").read_text())
     assert saved["pairs"] == json.loads(json.dumps(result["pairs"]))

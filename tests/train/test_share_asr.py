@@ -1,6 +1,7 @@
 """local.asr_pretraining: the shared ASR copy for train_local and the local-attention spec helper."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,6 +48,14 @@ def test_shared_copy_needs_the_asr_run(tmp_path: Path) -> None:
     assert not (tmp_path / "runs/asr_local").exists()  # nothing half-written
 
 
+@dataclasses.dataclass(frozen=True)
+class _TrainST:
+    """Stands in for the ``train_st`` section: spec_from_params replaces its seed per run."""
+
+    seed: int = 0
+    max_updates: int = 10
+
+
 def _params(windows: list[int], full_layers: int = 2):
     return SimpleNamespace(
         model=SimpleNamespace(size="tiny", overrides={"encoder_layers": 4}),
@@ -54,7 +63,7 @@ def _params(windows: list[int], full_layers: int = 2):
         analysis=SimpleNamespace(full_layers=full_layers),
         decode=SimpleNamespace(beam=2, len_penalty=1.0, max_len_a=0.0, max_len_b=10, batch_frames=1000,
                                final_checkpoint="last", dev_sentences=2),
-        train_asr=SimpleNamespace(seed=1), train_st=None,
+        train_asr=SimpleNamespace(seed=1), train_st=_TrainST(),
         data=SimpleNamespace(prepared_dir="data/prepared"), parallel=SimpleNamespace(jobs="auto"),
     )
 
@@ -74,7 +83,16 @@ def test_local_spec_from_param_list_or_windows_json(tmp_path: Path) -> None:
 
 
 def test_local_system_starts_from_the_asr_local_model(tmp_path: Path) -> None:
+    """``local`` runs start from runs/asr_local/<pair>/model.pt, ``baseline`` runs from runs/asr/<pair>/model.pt
+    (the two ST systems differ in attention only); the ASR systems start from nothing."""
     p = _params([3, 5])
+    local = spec_from_params(p, tmp_path, "local", "en-de", 2, encoder_attention=[{"type": "full"}] * 4)
+    baseline = spec_from_params(p, tmp_path, "baseline", "en-de", 2)
+    assert local.init_encoder == tmp_path / "runs/asr_local/en-de/model.pt" == RunPaths(tmp_path, "asr_local", "en-de").model
+    assert baseline.init_encoder == tmp_path / "runs/asr/en-de/model.pt" == RunPaths(tmp_path, "asr", "en-de").model
+    assert local.task == baseline.task == "st" and local.train.seed == baseline.train.seed == 2
+    assert local.paths.run_dir == tmp_path / "runs/local/en-de/seed2"
+    assert baseline.paths.run_dir == tmp_path / "runs/baseline/en-de/seed2"
     asr_local = spec_from_params(p, tmp_path, "asr_local", "en-de", encoder_attention=[{"type": "full"}] * 4)
     assert asr_local.task == "asr" and asr_local.paths.run_dir == tmp_path / "runs/asr_local/en-de"
     assert asr_local.paths.metrics == tmp_path / "metrics/asr_local/en-de.json" and asr_local.init_encoder is None
