@@ -2,6 +2,7 @@
 once), stale checkpoints, NaN guard."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -49,6 +50,66 @@ def test_same_seed_gives_bit_identical_runs(prepared: Path, tmp_path: Path) -> N
                           ckpt.load(tmp_path / "b/checkpoints" / name)["model"])
     assert state_differs(m1.state_dict(), m3.state_dict())
     assert s1["history"] != s3["history"]
+
+
+def test_specaugment_masks_every_batch_from_its_seed_and_epoch(prepared: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """SpecAugment (on in _driver's runs, as in the paper's recipe) masks every training batch (the dev loss
+    none), with draws from a generator of (seed, epoch, batch): batch g of epoch 1 draws other masks than
+    batch g of epoch 0 (each epoch masks anew), a run of another seed other masks than this one's, and a
+    rerun of the same seed the same masks. A batch's draws are read as the masks its generator puts on one
+    fixed probe utterance (the batches themselves hold other utterances in another epoch or seed)."""
+    from lib.data import dataset as data
+
+    probe = torch.randn(120, 80, generator=torch.Generator().manual_seed(0))
+    real_collate, real_groups = loop.collate, loop._update_groups
+    runs: list[list[dict]] = []
+
+    def groups(train_ds, cfg, epoch):  # noqa: ANN001, ANN202
+        runs[-1].append({"epoch": epoch})  # marks the start of an epoch
+        return real_groups(train_ds, cfg, epoch)
+
+    def collate(dataset, indices, *, specaugment=None, generator=None, **kwargs):  # noqa: ANN001, ANN202
+        batch = real_collate(dataset, indices, specaugment=specaugment, generator=generator, **kwargs)
+        if dataset.split != "train":
+            assert specaugment is None  # the dev loss sees the features as they are
+            return batch
+        record = {"specaugment": specaugment, "masked": not torch.equal(batch.feats, real_collate(
+            dataset, indices, **kwargs).feats)}
+        if specaugment is not None:
+            g = torch.Generator()
+            g.set_state(generator.get_state())  # the generator as collate got it
+            policy = dataclasses.asdict(specaugment)  # freq_mask_F, ..., time_mask_p
+            record["probe"] = data.spec_augment(probe, g, **policy) != probe
+        runs[-1].append(record)
+        return batch
+
+    monkeypatch.setattr(loop, "_update_groups", groups)
+    monkeypatch.setattr(loop, "collate", collate)
+    overrides = {"max_updates": 8, "eval_every": 8, "save_every": 8, "average_last": 1}
+    masks = []  # per run: {(epoch, batch in epoch): mask on the probe}
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        runs.append([])
+        _driver.run_training(prepared, tmp_path / name, seed=seed, train_overrides=overrides)
+        batches = [r for r in runs[-1] if "epoch" not in r]
+        assert len(batches) == 8
+        assert all(r["specaugment"] == data.SpecAugmentConfig() and r["masked"] for r in batches)
+        by_slot, epoch, g = {}, -1, 0
+        for r in runs[-1]:
+            if "epoch" in r:
+                epoch, g = r["epoch"], 0
+            else:
+                by_slot[(epoch, g)] = r["probe"]
+                g += 1
+        masks.append(by_slot)
+    a, b, c = masks
+    assert a.keys() == b.keys() == c.keys() and {e for e, _ in a} == {0, 1}  # crossed an epoch boundary
+    assert all(torch.equal(a[k], b[k]) for k in a)  # same seed, same epoch: same masks
+    assert all(a[k].any() for k in a)
+    assert all(not torch.equal(a[k], c[k]) for k in a)  # another seed
+    again = [g for e, g in a if e == 1]
+    assert again and all(not torch.equal(a[(0, g)], a[(1, g)]) and not torch.equal(c[(0, g)], c[(1, g)])
+                         for g in again)  # another epoch
 
 
 def test_prefetching_the_next_updates_batches_trains_the_same(prepared: Path, tmp_path: Path,
@@ -243,6 +304,55 @@ def test_a_missing_snapshot_stops_the_average_naming_it(prepared: Path, tmp_path
     with pytest.raises(SystemExit, match=r"snapshot update_0000002\.pt is missing; the run averages the snapshots of "
                                          r"its last 2 saves \(update_0000002\.pt, update_0000004\.pt\)"):
         _driver.run_training(prepared, tmp_path / "a", train_overrides=overrides)
+
+
+def test_the_average_is_the_element_wise_mean_of_the_snapshots_it_names(prepared: Path, tmp_path: Path) -> None:
+    """avg_last_k.pt (the model the paper evaluates) is the mean of the snapshots of the schedule's last
+    average_last saves, which the run keeps: recomputed here in float64 from those files, and different
+    from each of them alone (an average of fewer snapshots than it names would fail)."""
+    overrides = {"max_updates": 6, "save_every": 2, "eval_every": 6, "average_last": 3}
+    _driver.run_training(prepared, tmp_path / "a", train_overrides=overrides)
+    checkpoints = tmp_path / "a/checkpoints"
+    avg = ckpt.load(checkpoints / "avg_last_k.pt")
+    assert avg["updates"] == [2, 4, 6]
+    snaps = [ckpt.load(checkpoints / f"snapshots/update_{u:07d}.pt") for u in avg["updates"]]
+    assert [s["update"] for s in snaps] == [2, 4, 6]
+    models = [s["model"] for s in snaps]
+    assert_same_state(models[-1], ckpt.load(checkpoints / "last.pt")["model"])
+    assert list(avg["model"]) == list(models[0])
+    for k, v in avg["model"].items():
+        if v.is_floating_point():
+            mean = (sum(m[k].double() for m in models) / len(models)).to(v.dtype)
+            torch.testing.assert_close(v, mean, rtol=1e-6, atol=1e-7, msg=k)
+        else:
+            assert torch.equal(v, models[-1][k]), k
+    assert all(state_differs(avg["model"], m) for m in models)
+
+
+def test_dev_nll_is_the_summed_token_nll_over_the_target_tokens(prepared: Path) -> None:
+    """dev/nll is nats per target token (eos included, padding not): recomputed one utterance at a time,
+    without padding, from the log-softmax of the teacher-forced logits, against dev_loss's padded batches
+    (max_frames 200: two batches, one of two utterances padded to the longer)."""
+    from lib.data.dataset import EOS_ID, batch_by_frames
+
+    net, _, dev_ds, _ = _driver.build(prepared, "st")
+    batches = batch_by_frames(dev_ds.n_frames, 200, shuffle=False)
+    assert 1 < len(batches) < len(dev_ds)
+    got = loop.dev_loss(net, dev_ds, 200, torch.device("cpu"), 0.1)
+    assert net.training  # dev_loss evaluates in eval mode and gives the model back as it was
+    net.eval()
+    nll = tokens = 0.0
+    with torch.no_grad():
+        for i in range(len(dev_ds)):
+            target = dev_ds.targets[i]
+            feats = dev_ds.features(i)[None]
+            enc = net.encode(feats, torch.tensor([feats.shape[1]]))
+            logits = net.decode(torch.tensor([[EOS_ID] + target[:-1]]), enc)
+            logp = torch.log_softmax(logits[0].double(), dim=-1)
+            nll -= float(logp[torch.arange(len(target)), torch.tensor(target)].sum())
+            tokens += len(target)
+    assert tokens > 2 * len(dev_ds)
+    assert got["nll"] == pytest.approx(nll / tokens, rel=1e-5)
 
 
 def test_the_save_schedule_names_the_averaged_updates() -> None:

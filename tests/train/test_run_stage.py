@@ -6,14 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 
 from lib.decode.beam_search import BeamSearchConfig
+from lib.decode.metrics import bleu, chrf, wer
 from lib.model.s2t_transformer import S2TTransformer, ModelConfig
 from lib.train import checkpoint as ckpt
 from lib.layout import RunPaths
 from lib.params import TrainConfig
-from lib.train.run import RunSpec, file_digest, run
+from lib.train.run import RunSpec, file_digest, run, score
 
 TRAIN = dict(lr=2e-3, warmup_updates=2, max_updates=4, max_frames=200, update_freq=1, eval_every=2, save_every=2,
              average_last=2, best_metric="loss")
@@ -65,7 +67,14 @@ def test_asr_then_st_end_to_end_and_reproducible(prepared: Path, tmp_path: Path,
         assert json.loads(out.metrics.read_text()) == metrics
         hyps = out.hyps().read_text(encoding="utf-8")
         assert hyps.endswith("\n") and len(hyps.splitlines()) == 3
-        assert len(out.refs().read_text(encoding="utf-8").splitlines()) == 3
+        refs = out.refs().read_text(encoding="utf-8")
+        assert len(refs.splitlines()) == 3
+        # the saved scores are those of the saved hypotheses against the saved references (in that order:
+        # WER, BLEU and chrF are not symmetric)
+        h, r = hyps.splitlines(), refs.splitlines()
+        expected = {"wer": round(wer(h, r), 2)} if task == "asr" else {"bleu": round(bleu(h, r), 2),
+                                                                       "chrf": round(chrf(h, r), 2)}
+        assert {k: metrics[k] for k in expected} == expected
         timing = json.loads(out.timing.read_text())
         assert set(timing) == {"train_seconds", "decode_seconds"}
         model = ckpt.load(out.model)
@@ -103,6 +112,20 @@ def test_asr_then_st_end_to_end_and_reproducible(prepared: Path, tmp_path: Path,
         assert a_run.hyps().read_bytes() == b_run.hyps().read_bytes()
         a, b = ckpt.load(a_run.model)["model"], ckpt.load(b_run.model)["model"]
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_score_reads_hypotheses_then_references() -> None:
+    """run.py's score(task, hyps, refs) on a pair where the order matters: a hypothesis one word longer than
+    its reference. WER is 1 insertion over 6 reference words (the other way round, 1 / 7), and BLEU / chrF
+    are sacreBLEU's with the references as references (swapped, BLEU gets a brevity penalty)."""
+    hyps, refs = ["the cat sat on the mat today"], ["the cat sat on the mat"]
+    assert score("asr", hyps, refs) == {"wer": round(100 / 6, 2)} == {"wer": 16.67}
+    got = score("st", hyps, refs)
+    want = {"bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
+            "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2)}
+    swapped = {"bleu": round(sacrebleu.corpus_bleu(refs, [hyps]).score, 2),
+               "chrf": round(sacrebleu.corpus_chrf(refs, [hyps]).score, 2)}
+    assert got == want and want["bleu"] != swapped["bleu"] and want["chrf"] != swapped["chrf"]
 
 
 class _Interrupt(Exception):
