@@ -272,7 +272,7 @@ class AnalysisParams:
     figure_sample: int  # index into the chosen analysis sentences, for Figs. 1, 2 and 4
     figure_layer: int  # 1-based layer of Figs. 1 and 2 (paper's Fig. 1: layer 11)
     transparency_samples: int  # first k analysis sentences saved with all raw tensors (.npz)
-    window_split: str  # sentences of Algorithm 1 (paper: 400 training sentences)
+    window_split: str  # sentences of Algorithm 1 (paper: a random set of 400, split unstated; train chosen)
     window_samples: int
     threshold: float  # t of Algorithm 1 (paper: 0.01)
     full_layers: int  # k: layers 1..k keep full attention (paper: 3)
