@@ -225,6 +225,9 @@ def test_multi_max_updates_follows_the_bilingual_length(tmp_path: Path) -> None:
     ("multi.head_selection.estimator", "straight", r"multi\.head_selection\.estimator"),
     ("multi.head_selection.noise_end", 2.0, r"multi\.head_selection\.noise_start / noise_end"),
     ("multi.head_selection.subset_init_lead", 0.0, r"multi\.head_selection\.subset_init_lead: must be > 0"),
+    # the default estimator is gumbel: the KL regularises only the paper estimator's Bernoulli selection
+    ("multi.head_selection.kl_weight", 0.01, r"multi\.head_selection\.kl_weight: 0\.01 needs estimator: paper"),
+    ("multi.head_selection.kl_weight", "elbo", r"multi\.head_selection\.kl_weight: 'elbo' needs estimator: paper"),
 ])
 def test_variant_lr_and_estimator_keys_are_checked(tmp_path: Path, key: str, value, needle: str) -> None:
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -237,6 +240,13 @@ def test_variant_lr_and_estimator_keys_are_checked(tmp_path: Path, key: str, val
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ParamError, match=needle):
         load_params(path)
+
+
+def test_the_kl_with_the_paper_estimator_loads(tmp_path: Path) -> None:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["multi"]["head_selection"].update(estimator="paper", kl_weight="elbo")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    assert load_params(tmp_path / "params.yaml").multi.head_selection.kl_weight == "elbo"
 
 
 def test_smoothing_stages_rerun_when_variant_lr_changes() -> None:

@@ -205,6 +205,12 @@ class HeadSelectionParams:
             raise ParamError(f"{prefix}.kl_weight: a number >= 0 or 'elbo', got {self.kl_weight!r}")
         if not isinstance(self.kl_weight, str) and self.kl_weight < 0:
             raise ParamError(f"{prefix}.kl_weight: must be >= 0, got {self.kl_weight}")
+        if self.kl_weight != 0 and self.estimator == "gumbel":
+            # The KL is to the Bernoulli(σ(φ)) selection of the paper's estimator; under gumbel a head is
+            # chosen by the gaps between its group's logits, which it does not measure: it would only pull
+            # every logit towards 0, not regularise the selection (not the paper's Eq. 3 ELBO).
+            raise ParamError(f"{prefix}.kl_weight: {self.kl_weight!r} needs estimator: paper (its Bernoulli "
+                             f"selection is what the KL regularises); with estimator: gumbel set kl_weight: 0")
 
 
 @dataclass(frozen=True)

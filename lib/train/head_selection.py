@@ -42,7 +42,8 @@ def head_selection_noise(update: int, noise_start: float = 1.0, noise_end: float
 class HeadSelectionTraining:
     """What the training loop needs for head-selection models (docs/variants.md): the τ
     schedule (:func:`head_selection_tau`), the ``gumbel`` estimator's noise schedule
-    (:func:`head_selection_noise`; the default 1.0 -> 1.0 is constant unit noise) and the KL weight λ, a float for every side and task or
+    (:func:`head_selection_noise`; this class's default 1.0 -> 1.0 is constant unit noise, params.yaml's
+    1.0 -> 0.1 anneals it) and the KL weight λ, a float for every side and task or
     ``{side: [λ per task]}`` (:func:`elbo_kl_weights` for ``kl_weight: elbo``). Default λ
     0: the KL is computed and logged (``train/kl``) but not optimised, as in the paper's recipe."""
 

@@ -407,8 +407,9 @@ def compose_selector(host: nn.Module, selector: HeadSelector) -> HeadSelector:
 class HeadSelectionAttention(SelfAttention):
     """Encoder self-attention with per-task head selection (Gong et al. 2021;
     docs/variants.md): H of H' candidate heads per task (target language id), strategies
-    ``subset`` and ``group`` (see :func:`select_heads`), Gumbel-sigmoid latent variables with the
-    straight-through estimator in training, deterministic and pruned at evaluation. The selection is
+    ``subset`` and ``group`` (see :func:`select_heads`); in training Gumbel-sigmoid latent variables
+    with the straight-through estimator (``estimator: paper``) or a straight-through Gumbel-softmax
+    over the candidates (``gumbel``, :meth:`HeadSelector.weights`); deterministic and pruned at evaluation. The selection is
     its composed :class:`HeadSelector` (``selector``); this module is the encoder's attention around it.
 
     Spec keys: ``strategy``, ``candidates`` (H'), ``tasks``, ``window`` (None = full attention over
@@ -421,8 +422,10 @@ class HeadSelectionAttention(SelfAttention):
 
     Forward for a sample of task t: x^(h) = softmax(q_h k_h^T / sqrt(dh) + pad) v_h for the selected
     h in slot order, scaled by w (training; 1 at evaluation), concatenated, ``out_proj``.
-    Training projects all H' candidates and gathers each sample's H heads by its task before the
-    attention (cost: H heads of attention, H' of projections); evaluation projects only the H
+    Training projects all H' candidates; with ``estimator: paper`` it gathers each sample's H heads by
+    its task before the attention (cost: H heads of attention, H' of projections), with ``gumbel`` every
+    candidate attends, weighted 0 / 1, so the backward pass reaches every candidate's logit (cost: H'
+    heads of attention); evaluation projects only the H
     selected rows (pruned: the cost of a plain H-head layer for any H'). Mixed-task batches give
     each sample what it gets alone; ``need_weights`` returns the selected heads' weights
     (B, H, N, N) in slot order (what was merged).
@@ -517,8 +520,9 @@ class HeadSelectionMultiheadAttention(MultiheadAttention):
     the target language (the paper's O2M configuration).
 
     q/k/v_proj project H' candidates; the selector's ``head_logits`` (tasks, H'). Training: all H'
-    projected, one draw per forward pass, each sample's H heads gathered by its task, straight-through
-    weights on the head outputs. Evaluation: deterministic selection and only the selected rows
+    projected, one draw per forward pass, straight-through weights on the head outputs; each sample's
+    H heads gathered by its task (``estimator: paper``) or every candidate attending, weighted 0 / 1
+    (``gumbel``). Evaluation: deterministic selection and only the selected rows
     projected; the incremental cache ("k", "v" (B, H, t, dh), "pad") holds the H selected heads only,
     so incremental decoding equals full-sequence decoding and costs what a plain H-head layer costs.
     Incremental decoding in training mode is refused (each call would draw a new selection while
