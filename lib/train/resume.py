@@ -220,13 +220,24 @@ def _same_but_processes(theirs: dict, config: dict) -> bool:
         {k: v for k, v in theirs.items() if k != "world_size"} == {k: v for k, v in config.items() if k != "world_size"}
 
 
-def _process_count_changed(path: Path, theirs: dict, config: dict, what: str = "") -> ProcessCountChanged:
+def _process_count_changed(path: Path, ckpt_dir: Path, theirs: dict, config: dict, what: str = "") -> ProcessCountChanged:
     n, m = theirs["world_size"], config.get("world_size")
     return ProcessCountChanged(
         f"error: {path}{what} was made by {n} process{'es' * (n != 1)} and this run has {m}: the same update, but "
         f"not the same dropout streams, so it would not continue exactly. Resume it with {n} "
-        f"(the stage's train_*.processes: {n}), or delete {path.parent if not what else path.parent.parent} "
-        f"to train this run afresh with {m}")
+        f"(the stage's train_*.processes: {n}), or delete {ckpt_dir} to train this run afresh with {m}")
+
+
+def _stop_for_a_process_count_twin(others: list[SetAside], config: dict) -> None:
+    """Before a run starts afresh or sets a state aside (which removes the older ones): stop if a set-aside
+    state is this run's, made with another number of processes, rather than throw it away later."""
+    for other in others:
+        try:
+            theirs = ckpt.load(other.last).get("config", {})
+        except (FileNotFoundError, RuntimeError):
+            continue
+        if _same_but_processes(theirs, config):
+            raise _process_count_changed(other.last, other.ckpt_dir, theirs, config, " (set aside by a change of params)")
 
 
 def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable[[str], None],
@@ -243,17 +254,12 @@ def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable
     path, prev = ckpt_dir / "last.pt", ckpt_dir / ckpt.PREV
     own = SetAside(ckpt_dir, fingerprint)
     others = [a for a in SetAside.all(ckpt_dir) if a.fingerprint != fingerprint]
-    if not own.last.is_file():
-        for other in others:  # this run's state made with another process count: never removed silently
-            try:
-                theirs = ckpt.load(other.last).get("config", {})
-            except (FileNotFoundError, RuntimeError):
-                continue
-            if _same_but_processes(theirs, config):
-                raise _process_count_changed(other.last, theirs, config, " (set aside by a change of params)")
     if not path.is_file():
         prev.unlink(missing_ok=True)
-        return _bring_back(own, path, live_dir, log) if own.last.is_file() else None
+        if own.last.is_file():
+            return _bring_back(own, path, live_dir, log)
+        _stop_for_a_process_count_twin(others, config)
+        return None
     try:
         state = ckpt.load(path)
     except RuntimeError as e:
@@ -262,8 +268,10 @@ def _matching_last(ckpt_dir: Path, fingerprint: str, config: dict, log: Callable
         return state
     theirs = state.get("config", {})
     if _same_but_processes(theirs, config):
-        raise _process_count_changed(path, theirs, config)
+        raise _process_count_changed(path, ckpt_dir, theirs, config)
     diff = ckpt.config_diff(theirs, config)
+    if not own.last.is_file():
+        _stop_for_a_process_count_twin(others, config)
     aside = _set_aside(ckpt_dir, str(state.get("fingerprint", "unknown")), live_dir)
     removed = [o for o in others if o.fingerprint != aside.fingerprint]
     for old in removed:  # keep at most one set-aside state: the newest
