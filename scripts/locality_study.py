@@ -65,6 +65,7 @@ OLD_DEFAULT = {
     "train_st.save_every": "60",
     "train_st.average_last": "2",
     "train_st.encoder_lr_scale": "1.0",  # one lr for the whole ST model (the paper's; the default now 0.2)
+    "model.overrides.ctc_zero_init": "false",  # every row's CTC head started random (the default now zero)
 }
 LN = {"model.overrides.scale_embedding": "false", "model.overrides.subsampler_norm": "layernorm"}
 VARIABILITY = {"corpus.rate_jitter": "20", "corpus.word_gap": "[0,3]", "corpus.noise_level": "0.005"}

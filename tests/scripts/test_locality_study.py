@@ -39,6 +39,17 @@ def test_every_row_has_a_command_and_new_rows_build_on_the_default() -> None:
     assert "corpus.reverb_rt60=[0.4,0.9]" in locality_study.row_command("X", by_name["X"][2], "asr")
 
 
+def test_every_model_override_of_the_default_is_pinned_to_what_the_rows_ran_with() -> None:
+    """`-S` merges into params.yaml's model.overrides, so an override the default gained after the
+    study would leak into every rerun row unless OLD_DEFAULT states its value then."""
+    import yaml
+
+    overrides = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["model"]["overrides"]
+    missing = sorted(k for k in overrides if f"model.overrides.{k}" not in locality_study.OLD_DEFAULT)
+    assert not missing, f"model.overrides keys not pinned by OLD_DEFAULT: {missing}"
+    assert locality_study.OLD_DEFAULT["model.overrides.ctc_zero_init"] == "false"
+
+
 @pytest.mark.parametrize("args, message", [
     (["--record", "ZZ", "noise03", "--minutes", "1"], "unknown row 'ZZ'"),
     (["--record", "W", "noise03"], "--record needs --minutes"),
