@@ -133,7 +133,7 @@ def build_report(p: Params, root: Path, figures: Figures | None = None) -> tuple
     parts.append("\n## Efficiency (CPU)\n")
     parts.append("From `python benchmarks/encoder_efficiency.py --metrics metrics/efficiency.json --md "
                  "metrics/efficiency.md --plot plots/efficiency/time_vs_N.png` (a benchmark, not a pipeline "
-                 "stage: it needs a quiet machine and about 7 minutes on 2 cores; rerun it after changing the "
+                 "stage: it needs a quiet machine and about 8 minutes on 2 cores; rerun it after changing the "
                  "attention code or the windows).\n")
     parts.append(efficiency_windows_note(root))
     parts.append(_include(root / layout.EFFICIENCY_MD, "efficiency benchmark not run yet"))
