@@ -81,7 +81,8 @@ def run_stage(main: Callable[[], None]) -> None:
     one line on stderr and exit code 128 + signal (130 for SIGINT, 143 for SIGTERM, the shell's
     convention) instead of a traceback: the cleanups have run, there is nothing to debug. An input
     file that cannot be read (:class:`lib.io.InputError`: a truncated JSON or checkpoint) ends it with
-    its one line and exit code 1.
+    its one line and exit code 1, as does a :class:`lib.params.ParamError` raised while the stage runs
+    (a setting its data cannot meet, e.g. a train set too small for one update).
 
     Called under ``if __name__ == "__main__":`` only, so a process that re-imports the script
     (multiprocessing's spawn start method) never installs the handler."""
@@ -97,6 +98,7 @@ def run_stage(main: Callable[[], None]) -> None:
               f"error: {script} interrupted by {name}; partial outputs removed (rerun to redo or resume)",
               file=sys.stderr, flush=True)
         sys.exit(128 + signum)
-    except InputError as e:  # a truncated or malformed input file: its message names it and the stage to rerun
+    except (InputError, ParamError) as e:  # a truncated or malformed input file, or a setting that cannot
+        # work (found only once the run sees its data): the message names the file or key and the remedy
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(1)

@@ -97,3 +97,22 @@ def test_a_truncated_or_malformed_input_is_one_line_naming_it_and_the_stage_to_r
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {path}: ") and says in lines[0], lines
     assert "train_baseline@en-de-1" in lines[0] and "-f" not in lines[0]  # a forced repro would rerun everything upstream
+
+
+def test_a_param_error_while_the_stage_runs_is_one_line() -> None:
+    """A setting the data cannot meet (raised once the run sees its data, e.g. a train set too small
+    for one update): exit 1 with the message's one line, no traceback."""
+    stage = f"""
+import sys
+sys.path.insert(0, {str(REPO / 'stages')!r})
+from _common import run_stage
+from lib.params import ParamError
+
+def main() -> None:
+    raise ParamError("train set too small for one update (3 segments): lower update_freq")
+
+run_stage(main)
+"""
+    proc = subprocess.run([sys.executable, "-c", stage], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["error: train set too small for one update (3 segments): lower update_freq"]

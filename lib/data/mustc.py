@@ -111,12 +111,28 @@ def _read_yaml(path: Path) -> list[dict]:
     try:
         entries = yaml.load(data, Loader=_YamlLoader)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise CorpusError(f"{path}{where}: invalid YAML: {e}") from None
+        raise CorpusError(_yaml_error(path, data, e)) from None
     if not isinstance(entries, list):
         raise CorpusError(f"{path}: expected a YAML list of segments, got {type(entries).__name__}")
     return entries
+
+
+def _yaml_error(path: Path, data: bytes, e: yaml.YAMLError) -> str:
+    """One line for a YAML error: ``<file>:<line>: invalid YAML: <problem>`` (PyYAML's own message runs
+    over several lines and gives a non-UTF-8 byte as a position in the stream, not a line)."""
+    if isinstance(e, yaml.reader.ReaderError):  # not UTF-8, or a character YAML does not allow
+        line = data[: e.position].count(b"\n") + 1
+        char = e.character if isinstance(e.character, int) else ord(e.character)
+        return (f"{path}:{line}: invalid YAML: line {line}: {e.reason} (#x{char:02x} at file offset {e.position}; "
+                f"the yaml must be UTF-8)")
+    mark = getattr(e, "problem_mark", None)
+    if isinstance(e, yaml.MarkedYAMLError) and mark is not None:
+        what = f"line {mark.line + 1}, column {mark.column + 1}: {e.problem}"
+        if e.context:
+            ctx = e.context_mark
+            what += f" ({e.context}" + (f" at line {ctx.line + 1}, column {ctx.column + 1})" if ctx else ")")
+        return f"{path}:{mark.line + 1}: invalid YAML: {what}"
+    return f"{path}: invalid YAML: {' '.join(str(e).split())}"
 
 
 def _check_entry(path: Path, i: int, entry: object) -> tuple[str, float, float, str]:
@@ -228,8 +244,19 @@ class MustcV1Reader(CorpusReader):
         return yaml_path_for(segment.wav)
 
     def check_layout(self, splits: Sequence[str]) -> None:
+        """Each split's folder, its ``wav/`` folder and its three ``txt/`` files are there (nothing is
+        read: :func:`read_split` checks their content when ``prepare`` runs)."""
+        src, _, tgt = self.pair.partition("-")
         for split in splits:
-            split_dir(self.root, self.pair, split)
+            data_dir = split_dir(self.root, self.pair, split)
+            if not (data_dir / "wav").is_dir():
+                raise CorpusError(f"{data_dir / 'wav'}: the talks' folder of split {split!r} is missing")
+            for lang in ("yaml", src, tgt):
+                path = data_dir / "txt" / f"{split}.{lang}"
+                if not path.is_file():
+                    there = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
+                    raise CorpusError(f"{path}: missing; {path.parent} holds "
+                                      f"{', '.join(there) if there else 'nothing' if path.parent.is_dir() else 'no such folder'}")
 
     def text_file(self, split: str, lang: str) -> Path:
         return Path(self.root) / self.pair / "data" / split / "txt" / f"{split}.{lang}"

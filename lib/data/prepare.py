@@ -250,8 +250,10 @@ def prepare_pair(mustc_root: Path, pair: str, out_dir: Path, cfg: PrepareParams,
     train = next(p for p in plans if p.split == cfg.train_split)
     train_kept = train.kept
     if not train_kept:
+        drops = ", ".join(f"{n} {r}" for r, n in train.dropped.items() if n)
         raise CorpusError(f"{reader.text_file(cfg.train_split, pair.partition('-')[0]).parent}: no segment of the "
-                          f"train split survives the filters")
+                          f"train split survives the filters ({train.n_segments} segments dropped: {drops or 'none'}; "
+                          f"prepare.min_frames, prepare.max_frames_train, or empty lines in the text files)")
 
     report: dict[str, Any] = {
         "pair": pair,

@@ -39,7 +39,7 @@ from torch import nn
 from tqdm import tqdm
 
 from lib.data.dataset import PAD_ID, SpecAugmentConfig, SpeechDataset, batch_by_frames, collate
-from lib.params import LOWER_IS_BETTER, TrainConfig  # noqa: F401 (TrainConfig re-exported)
+from lib.params import LOWER_IS_BETTER, ParamError, TrainConfig  # noqa: F401 (TrainConfig re-exported)
 from lib.precision import autocast, resolve_amp, resolve_padding
 from lib.train import checkpoint as ckpt
 from lib.train.distributed import dist_info, init_distributed  # noqa: F401 (re-exported)
@@ -431,8 +431,9 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
         while st.update < cfg.max_updates:
             groups = _update_groups(train_ds, cfg, st.epoch)
             if not groups:
-                raise ValueError(f"train set too small for one update: fewer than {cfg.update_freq} batches "
-                                 f"of max_frames={cfg.max_frames}; lower update_freq or max_frames")
+                raise ParamError(f"train set too small for one update ({len(train_ds)} segments): fewer than "
+                                 f"{cfg.update_freq} batches of max_frames={cfg.max_frames}; lower this stage's "
+                                 f"update_freq or max_frames (train_asr.* / train_st.*), or give it more data")
             while st.group_in_epoch < len(groups) and st.update < cfg.max_updates:
                 optimizer.zero_grad(set_to_none=True)
                 # the CTC weight for u = updates completed so far (resume-safe)

@@ -228,3 +228,22 @@ def test_yaml_not_a_list(tiny_corpus: Path) -> None:
 def test_invalid_yaml_syntax(tiny_corpus: Path) -> None:
     (txt(tiny_corpus) / "train.yaml").write_text("- {duration: 1.0, offset: [\n")
     assert "train.yaml" in _err(read_split, tiny_corpus, "en-de", "train")
+
+
+def test_invalid_yaml_is_one_line_naming_the_line(tiny_corpus: Path) -> None:
+    y = txt(tiny_corpus) / "train.yaml"
+    lines = y.read_text().split("\n")
+    lines[3] = lines[3].replace("{", "{{", 1)  # a broken flow mapping in entry 3 (line 4)
+    y.write_text("\n".join(lines))
+    msg = _err(read_split, tiny_corpus, "en-de", "train")
+    assert "\n" not in msg and re.search(r"train\.yaml:\d+: invalid YAML: line \d+, column \d+: ", msg), msg
+    assert "line 4, column" in msg and "<byte string>" not in msg, msg
+
+
+def test_non_utf8_yaml_is_one_line_naming_the_line(tiny_corpus: Path) -> None:
+    y = txt(tiny_corpus) / "train.yaml"
+    lines = y.read_bytes().split(b"\n")
+    lines[2] = lines[2].replace(b"speaker_id: ", b"speaker_id: J\xfcrgen", 1)  # Latin-1, line 3
+    y.write_bytes(b"\n".join(lines))
+    msg = _err(read_split, tiny_corpus, "en-de", "train")
+    assert "\n" not in msg and "train.yaml:3: invalid YAML: line 3: " in msg and "#xfc" in msg, msg

@@ -164,6 +164,16 @@ def test_segment_past_end_fails_before_work(planted: Path, tmp_path: Path) -> No
     assert not (tmp_path / "o").exists()
 
 
+def test_no_train_segment_left_names_the_drops(planted: Path, tmp_path: Path) -> None:
+    p = planted / "en-de" / "data" / "train" / "txt" / "train.de"
+    p.write_text("\n" * len(p.read_text(encoding="utf-8").split("\n")[:-1]), encoding="utf-8")  # every line empty
+    with pytest.raises(CorpusError) as e:
+        prepare_pair(planted, "en-de", tmp_path / "o", PrepareParams(workers=1, **CFG), progress=False)
+    msg = str(e.value)
+    assert "no segment of the train split survives" in msg and "empty_text" in msg and "\n" not in msg, msg
+    assert not (tmp_path / "o").exists()
+
+
 def test_8khz_talk_in_corpus(planted: Path, tmp_path: Path, audio_factory) -> None:
     import soundfile as sf
     wav = planted / "en-de" / "data" / "train" / "wav" / "ted_2.wav"

@@ -41,9 +41,16 @@ def test_switch_keeps_the_users_params_and_restore_puts_them_back(tmp_path: Path
 def _mustc(root: Path, pairs=("en-de", "en-es"), splits=("train", "dev", "tst-COMMON")) -> Path:
     for pair in pairs:
         for split in splits:
-            (root / pair / "data" / split / "txt").mkdir(parents=True)
-            (root / pair / "data" / split / "wav").mkdir()
+            _split(root / pair / "data" / split, pair)
     return root
+
+
+def _split(folder: Path, pair: str) -> None:
+    """A split's folders and text files, empty: the switch looks at them, nothing reads them."""
+    (folder / "txt").mkdir(parents=True)
+    (folder / "wav").mkdir()
+    for lang in ("yaml", *pair.split("-")):
+        (folder / "txt" / f"{folder.name}.{lang}").touch()
 
 
 PROFILE = ("pairs: [en-de, en-es]\ndata:\n  # where MuST-C is\n  mustc_root: data/mustc-demo   # the demo\n"
@@ -66,6 +73,16 @@ def test_mustc_root_is_checked_before_the_switch_and_set_with_the_comments_kept(
     proc = _run(tmp_path, "paper", "--mustc-root", str(corpus))
     assert proc.returncode == 1 and "en-es/data/dev: split folder 'dev' not found" in proc.stderr, proc.stderr
     (corpus / "en-es/data/dev/txt").mkdir(parents=True)
+    # a split without its talks or one of its text files: named before the switch
+    proc = _run(tmp_path, "paper", "--mustc-root", str(corpus))
+    assert proc.returncode == 1 and "en-es/data/dev/wav: the talks' folder of split 'dev' is missing" in proc.stderr, proc.stderr
+    shutil.rmtree(corpus / "en-es/data/dev")
+    _split(corpus / "en-es/data/dev", "en-es")
+    (corpus / "en-es/data/dev/txt/dev.es").unlink()
+    proc = _run(tmp_path, "paper", "--mustc-root", str(corpus))
+    assert proc.returncode == 1 and "en-es/data/dev/txt/dev.es: missing;" in proc.stderr and "dev.en, dev.yaml" in proc.stderr, proc.stderr
+    assert (tmp_path / "params.yaml").read_text() == mine and not (tmp_path / "params.before-profile.yaml").exists()
+    (corpus / "en-es/data/dev/txt/dev.es").touch()
     proc = _run(tmp_path, "paper", "--mustc-root", str(corpus))
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "params.yaml").read_text()

@@ -272,6 +272,9 @@ def test_a_real_corpus_root_is_checked_before_dvc_runs_and_the_demo_corpus_is_no
     for pair in ("en-de", "en-es", "en-it"):
         for split in ("train", "dev", "tst-COMMON"):
             (mustc / pair / "data" / split / "txt").mkdir(parents=True)
+            (mustc / pair / "data" / split / "wav").mkdir()
+            for lang in ("yaml", *pair.split("-")):
+                (mustc / pair / "data" / split / "txt" / f"{split}.{lang}").touch()
     demo = _repro(_corpus_project(tmp_path / "demo", "data/mustc-demo"), "--dry")
     assert demo.returncode == 0 and "corpus@en-de" in demo.stdout and "prepare@en-de" in demo.stdout, demo.stdout + demo.stderr
     real = _repro(_corpus_project(tmp_path / "real", str(mustc)), "--dry")

@@ -773,6 +773,15 @@ def test_non_finite_loss_stops_naming_the_update(prepared: Path, tmp_path: Path)
         train(net, cfg, train_ds, dev_ds, tmp_path / "nan", run_config=run_config, progress=False)
 
 
+def test_a_train_set_too_small_for_one_update_names_the_keys(prepared: Path, tmp_path: Path) -> None:
+    from lib.params import ParamError
+
+    with pytest.raises(ParamError, match=r"train set too small for one update \(\d+ segments\): fewer than 1000 "
+                                         r"batches of max_frames=\d+; lower this stage's update_freq or max_frames"):
+        _driver.run_training(prepared, tmp_path / "small", train_overrides={"update_freq": 1000})
+    assert not (tmp_path / "small/checkpoints/last.pt").exists()
+
+
 def test_huge_lr_diverges_into_floating_point_error(prepared: Path, tmp_path: Path) -> None:
     with pytest.raises(FloatingPointError, match=r"at update \d+"):
         _driver.run_training(prepared, tmp_path / "huge", train_overrides={
