@@ -23,7 +23,9 @@ run; redrawn in place every second on a terminal, a plain line every 60 s otherw
 (`--status-every`). With one job DVC's own output, bars included, reaches the terminal as it is.
 A failing stage prints its log's tail, nothing new starts, the running ones finish, and the exit
 status is 1. Ctrl-C stops every running stage (a training stage resumes from its last checkpoint
-on the next run). After a run of the whole pipeline (or one that ran the report), or when it is
+on the next run); SIGTERM (a scheduler's pre-emption) reaches every running stage as SIGTERM, on
+which training saves its state after the update it is in; a second Ctrl-C or SIGTERM kills them.
+After a run of the whole pipeline (or one that ran the report), or when it is
 up to date, it prints where the report is and, per pair, BLEU baseline vs local and Algorithm 1's
 windows in the local layers (metrics/summary.json, metrics/windows/; nothing when they do not
 exist). `--timing FILE` writes every stage's start and end (seconds from the start) and the wall
@@ -308,26 +310,57 @@ def execute(p: Plan, jobs: int, command: Callable[[str], list[str]], root: Path,
                     done.add(name)
                     if jobs > 1:
                         say(f"[{len(done)}/{len(p.order)}] finished {name} in {end - started:.1f} s")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        # Ctrl-C (SIGINT), or SIGTERM (a scheduler's pre-emption, `kill`, `timeout`; see Terminated): the
+        # same signal to every running stage's process group, whose training saves its state on SIGTERM
+        signum = getattr(e, "signum", signal.SIGINT)
         if status is not None:
             status.close()
         for proc, _, _ in running.values():
-            interrupt(proc)
-        for proc, _, _ in running.values():
-            proc.wait()
-        say(f"interrupted: stopped {', '.join(running) or 'nothing'}")
-        return 130, times
+            interrupt(proc, signum)
+        wait_for_stages([proc for proc, _, _ in running.values()], say)
+        say(f"interrupted by {signal.Signals(signum).name}: stopped {', '.join(running) or 'nothing'}")
+        return 128 + signum, times
     if status is not None:
         status.close()
     return (1 if failed else 0), times
 
 
-def interrupt(proc: subprocess.Popen) -> None:
-    """SIGINT to the stage's process group (DVC and the stage's command: both clean up)."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt (:func:`main` installs the handler): the stages
+    run in sessions of their own, so a SIGTERM to this process alone would leave them running."""
+
+    signum = signal.SIGTERM
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def interrupt(proc: subprocess.Popen, signum: int = signal.SIGINT) -> None:
+    """``signum`` to the stage's process group (DVC and the stage's command: both clean up)."""
     try:
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def wait_for_stages(procs: list[subprocess.Popen], say: Callable[[str], None]) -> None:
+    """Wait until every stage has ended. A second Ctrl-C or SIGTERM while they clean up kills them
+    (SIGKILL: what a stage would have saved since its last checkpoint is lost) instead of ending this
+    process with a traceback and leaving them unsupervised."""
+    killed = False
+    while True:
+        try:
+            for proc in procs:
+                proc.wait()
+            return
+        except KeyboardInterrupt:
+            if not killed:
+                say("interrupted again: killing the running stages")
+                killed = True
+            for proc in procs:
+                interrupt(proc, signal.SIGKILL)
 
 
 def replay(p: Plan, timing: Path, jobs: int, say: Callable[[str], None] = print) -> int:
@@ -453,6 +486,7 @@ def main() -> None:
         return ["dvc", "--wait-for-lock", "repro", "--single-item", *(["-f"] if args.force else []), name]
 
     status = StatusLine(sys.stdout, every=args.status_every) if jobs > 1 else None
+    signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = time.perf_counter()
     rc, times = execute(p, jobs, command, root, say=status.say if status else lambda msg: print(msg, flush=True),
                         status=status)

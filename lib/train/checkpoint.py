@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,24 @@ def fingerprint(config: dict[str, Any]) -> str:
 
 
 PREV = "prev.pt"
+
+
+def canonical_tree(obj: Any) -> Any:
+    """``obj`` with every plain dict, list and tuple rebuilt and every string interned, so that pickle
+    (torch.save) writes the same bytes for equal values whichever objects they were built from. Pickle
+    writes an object seen before as a back-reference: a resumed run's history rows and optimizer groups,
+    read from last.pt, hold other string objects than an uninterrupted run's (the code's literals), and
+    a state saved from them would differ in its bytes though not in its values. Other types (tensors,
+    a model's OrderedDict state dict, whose keys every run builds alike) are kept as they are."""
+    if type(obj) is str:
+        return sys.intern(obj)
+    if type(obj) is dict:
+        return {canonical_tree(k): canonical_tree(v) for k, v in obj.items()}
+    if type(obj) is list:
+        return [canonical_tree(v) for v in obj]
+    if type(obj) is tuple:
+        return tuple(canonical_tree(v) for v in obj)
+    return obj
 
 
 def save_keeping_previous(path: Path, state: dict[str, Any]) -> None:
@@ -80,14 +99,19 @@ def average_state_dicts(paths: list[Path], fingerprint: str | None = None) -> di
     """Element-wise mean of model state dicts (floating tensors; others taken from the last). Keys of
     earlier versions of the code are renamed first (:func:`lib.model.checkpoint.upgrade_state_dict`, e.g.
     the snapshots of a run resumed across such a change); snapshots with other keys are refused, naming
-    the file, rather than averaged over fewer. With ``fingerprint`` (the run's), a snapshot that records
+    the file, rather than averaged over fewer; an unreadable one is refused (:class:`CheckpointError`)
+    naming the checkpoint folder to delete. With ``fingerprint`` (the run's), a snapshot that records
     another run config's is refused (:class:`CheckpointError`) rather than averaged in."""
     if not paths:
         raise ValueError("no checkpoints to average")
     acc: dict[str, torch.Tensor] = {}
     last: dict[str, torch.Tensor] = {}
     for p in paths:
-        snap = load(p)
+        try:
+            snap = load(p)
+        except CheckpointError as e:  # truncated or corrupt: a rerun meets it again, so say what clears it
+            raise CheckpointError(f"{e}; a snapshot of the run's final average, which only training writes: "
+                                  f"delete {Path(p).parent.parent} to train the run again") from e
         if fingerprint is not None and snap.get("fingerprint", fingerprint) != fingerprint:
             raise CheckpointError(f"{p}: a snapshot of another config (fingerprint {snap['fingerprint']}, this "
                                   f"run's {fingerprint}): delete {Path(p).parent.parent} to train the run again")

@@ -216,18 +216,24 @@ FORK_FILE = "fork.pt"
 
 def _save_fork(ckpt_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, st: RunState,
                resume: Resume, rank: int, world: int) -> None:
-    """``<ckpt_dir>/fork.pt``: the run's full state after update ``st.update`` (all ranks call this)."""
+    """``<ckpt_dir>/fork.pt``: the run's full state after update ``st.update`` (all ranks call this). A
+    DVC output (copied to the run's folder), so written in canonical form: a run resumed before its fork
+    update writes the same bytes as one never stopped (:func:`lib.train.checkpoint.canonical_tree`)."""
     rngs = _gather_rng(world)
     if rank == 0:
-        ckpt.save(ckpt_dir / FORK_FILE, _training_state(model, optimizer, st, resume, rngs))
+        ckpt.save(ckpt_dir / FORK_FILE, ckpt.canonical_tree(_training_state(model, optimizer, st, resume, rngs)))
 
 
 def fork_is_valid(ckpt_dir: Path, fingerprint: str, fork_at: int) -> bool:
-    """Whether ``<ckpt_dir>/fork.pt`` is this run's (``fingerprint``) state after update ``fork_at``."""
+    """Whether ``<ckpt_dir>/fork.pt`` is this run's (``fingerprint``) state after update ``fork_at`` (False for
+    an unreadable one, as for a missing one)."""
     path = Path(ckpt_dir) / FORK_FILE
     if not path.is_file():
         return False
-    state = ckpt.load(path)
+    try:
+        state = ckpt.load(path)
+    except ckpt.CheckpointError:  # truncated or corrupt: as good as missing (the run trains again to keep one)
+        return False
     return state.get("fingerprint") == fingerprint and state.get("run_state", {}).get("update") == fork_at
 
 

@@ -160,7 +160,7 @@ def _fork_or_restart(resume: Resume, ckpt_dir: Path, fork_at: int) -> Resume:
         return resume
     if fork_is_valid(ckpt_dir, resume.fingerprint, fork_at):
         return resume
-    print(f"{ckpt_dir / 'last.pt'}: past update {fork_at} without its fork state ({FORK_FILE}): training again "
+    print(f"{ckpt_dir / 'last.pt'}: past update {fork_at} without its fork state ({FORK_FILE}, missing or unreadable): training again "
           f"from scratch to keep it", file=sys.stderr)
     return Resume(fingerprint=resume.fingerprint, config=resume.config)
 

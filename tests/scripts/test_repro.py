@@ -285,3 +285,80 @@ def test_a_real_corpus_root_is_checked_before_dvc_runs_and_the_demo_corpus_is_no
     assert f"error: data.mustc_root ({mustc / 'en-de'}): " in wrong.stderr
     assert "this is a language pair's folder" in wrong.stderr and "Running stage" not in wrong.stdout
     assert not list((tmp_path / "wrong").glob("prepared-*.out"))
+
+
+# A stage that says it started, and on SIGTERM or SIGINT records which, then takes `linger` seconds
+# to clean up (a training run saving its state) before it exits with 128 + the signal.
+_SIGNALLED_STAGE = """
+import signal, sys, time
+out, linger = sys.argv[1], float(sys.argv[2])
+def stop(signum, frame):
+    open(out, "a").write(signal.Signals(signum).name + "\\n")
+    time.sleep(linger)
+    sys.exit(128 + signum)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+open(out, "w").write("started\\n")
+time.sleep(60)
+"""
+
+_DRIVER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {scripts!r})
+import repro
+root, linger = Path(sys.argv[1]), sys.argv[2]
+import signal
+signal.signal(signal.SIGTERM, repro._on_sigterm)
+plan = repro.Plan(order=["a", "b"], needs={{"a": set(), "b": set()}}, shares={{"a", "b"}})
+rc, _ = repro.execute(plan, 2, lambda name: [sys.executable, "-c", {stage!r}, str(root / name), linger], root)
+sys.exit(rc)
+"""
+
+
+def _start_two_stages(tmp_path: Path, linger: float) -> subprocess.Popen:
+    import signal
+    import time
+
+    driver = _DRIVER.format(scripts=str(SCRIPTS), stage=_SIGNALLED_STAGE)
+    # SIGINT at its default in the driver, whatever this process inherited (a background job's is ignored)
+    proc = subprocess.Popen([sys.executable, "-c", driver, str(tmp_path), str(linger)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 60
+    while not all((tmp_path / n).is_file() and (tmp_path / n).read_text().startswith("started") for n in "ab"):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
+
+def test_sigterm_reaches_every_running_stage_as_sigterm(tmp_path: Path) -> None:
+    """A scheduler's pre-emption (SIGTERM to repro.py): the stages run in sessions of their own, so it
+    passes SIGTERM on to each (on which training saves its state), waits for them and exits 143."""
+    import signal
+
+    proc = _start_two_stages(tmp_path, linger=0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert "interrupted by SIGTERM: stopped a, b" in out, out
+    for name in "ab":
+        assert (tmp_path / name).read_text() == "started\nSIGTERM\n"
+
+
+def test_a_second_interrupt_kills_the_stages_without_a_traceback(tmp_path: Path) -> None:
+    """Ctrl-C, then Ctrl-C again while the stages clean up: they are killed, repro.py still waits for
+    them and exits 130 with one line each time, not a traceback."""
+    import signal
+    import time
+
+    proc = _start_two_stages(tmp_path, linger=30)
+    proc.send_signal(signal.SIGINT)
+    deadline = time.time() + 30
+    while not all("SIGINT" in (tmp_path / n).read_text() for n in "ab"):
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)  # far less than the stages' 30 s of cleaning up
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "interrupted again: killing the running stages" in out and "interrupted by SIGINT: stopped a, b" in out, out

@@ -306,6 +306,63 @@ def test_a_missing_snapshot_stops_the_average_naming_it(prepared: Path, tmp_path
         _driver.run_training(prepared, tmp_path / "a", train_overrides=overrides)
 
 
+def test_an_unreadable_snapshot_stops_the_average_naming_it_and_the_remedy(prepared: Path, tmp_path: Path) -> None:
+    """A truncated snapshot (a disk fault, a partial copy) is met again by every rerun, since only training
+    writes it: the run stops with one error naming the file and the folder whose deletion clears it."""
+    overrides = {"max_updates": 4, "save_every": 2, "eval_every": 4, "average_last": 2}
+    _driver.run_training(prepared, tmp_path / "a", train_overrides=overrides)
+    snap = tmp_path / "a/checkpoints/snapshots/update_0000002.pt"
+    snap.write_bytes(snap.read_bytes()[:1000])
+    with pytest.raises(CheckpointError) as err:
+        _driver.run_training(prepared, tmp_path / "a", train_overrides=overrides)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{snap}: cannot load checkpoint")
+    assert message.endswith(f"delete {tmp_path / 'a/checkpoints'} to train the run again")
+
+
+def test_an_unreadable_fork_state_counts_as_missing(tmp_path: Path) -> None:
+    """fork.pt truncated: not this run's fork state (the run trains again to keep one, lib/train/run.py
+    ``_fork_or_restart``) rather than a stop on a checkpoint no rerun can read."""
+    ckpt.save(tmp_path / "fork.pt", {"fingerprint": "f", "run_state": {"update": 2}})
+    assert loop.fork_is_valid(tmp_path, "f", 2)
+    data = (tmp_path / "fork.pt").read_bytes()
+    (tmp_path / "fork.pt").write_bytes(data[: len(data) // 2])
+    assert not loop.fork_is_valid(tmp_path, "f", 2)
+
+
+def test_a_resumed_run_writes_the_fork_state_byte_for_byte_as_an_uninterrupted_one(prepared: Path, tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """fork.pt is a DVC output: a run stopped after its save at update 4 and resumed writes, at its fork
+    update 6, the same bytes as a run that was never stopped (the resumed run's history rows and
+    optimizer groups come from last.pt as other string objects, which pickle would write otherwise)."""
+    cfg = _driver.train_config(max_updates=8, save_every=2, eval_every=4)
+
+    def fork_bytes(out: Path, stop_after_save_of: int | None) -> bytes:
+        net, train_ds, dev_ds, run_config = _driver.build(prepared)
+        if stop_after_save_of is not None:
+            real_save = ckpt.save
+
+            def save(path, state):  # noqa: ANN001
+                real_save(path, state)
+                if Path(path).name == "last.pt" and state["run_state"]["update"] == stop_after_save_of:
+                    raise KeyboardInterrupt  # as a kill right after that save
+
+            monkeypatch.setattr(ckpt, "save", save)
+            with pytest.raises(KeyboardInterrupt):
+                loop.train(net, cfg, train_ds, dev_ds, out, run_config=run_config, progress=False, fork_at=6)
+            monkeypatch.setattr(ckpt, "save", real_save)
+            assert not (out / "checkpoints/fork.pt").exists()
+            net, train_ds, dev_ds, run_config = _driver.build(prepared)
+        loop.train(net, cfg, train_ds, dev_ds, out, run_config=run_config, progress=False, fork_at=6)
+        return (out / "checkpoints/fork.pt").read_bytes()
+
+    uninterrupted = fork_bytes(tmp_path / "a", None)
+    resumed = fork_bytes(tmp_path / "b", 4)
+    a, b = ckpt.load(tmp_path / "a/checkpoints/fork.pt"), ckpt.load(tmp_path / "b/checkpoints/fork.pt")
+    assert a["run_state"] == b["run_state"] and a["run_state"]["update"] == 6 and len(a["run_state"]["history"]) == 1
+    assert resumed == uninterrupted
+
+
 def test_the_average_is_the_element_wise_mean_of_the_snapshots_it_names(prepared: Path, tmp_path: Path) -> None:
     """avg_last_k.pt (the model the paper evaluates) is the mean of the snapshots of the schedule's last
     average_last saves, which the run keeps: recomputed here in float64 from those files, and different
