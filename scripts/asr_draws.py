@@ -487,10 +487,18 @@ def main(argv: Sequence[str] | None = None, runner: Runner = subprocess_runner) 
     steps = draw_steps(p.pairs, seeds, st_seed, args.systems, args.control,
                        control_fork=p.local.asr_pretraining == "fork")
     draws: dict[int, dict] = {}
+    workspace_seed = (p.train_asr.seed if args.workspace_draw and (args.amp is None or args.amp == p.train_asr.amp)
+                      else None)
+    if workspace_seed in asr_seeds:  # checked before any draw trains: a missing file would stop it after hours
+        if args.control:
+            sys.exit("error: --workspace-draw reads no control from the workspace; drop --control or the option")
+        try:
+            for pair in p.pairs:
+                collect_draw(ROOT, pair, st_seed, seeds, systems)
+        except FileNotFoundError as e:
+            sys.exit(f"error: --workspace-draw: {e} (this checkout's `make repro` has not run or not finished)")
     for seed in asr_seeds:
-        if args.workspace_draw and seed == p.train_asr.seed and (args.amp is None or args.amp == p.train_asr.amp):
-            if args.control:
-                sys.exit("error: --workspace-draw reads no control from the workspace; drop --control or the option")
+        if seed == workspace_seed:
             folder, times = ROOT, workspace_draw_minutes(ROOT)
             print(f"draw {seed}: this checkout's `make repro`", file=sys.stderr, flush=True)
         else:

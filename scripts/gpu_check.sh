@@ -50,6 +50,7 @@ cat "$out/env.txt"
 
 # 1. wheels -> a temporary site folder; `python` (the stages call it) and `dvc` on PATH
 tmp=$(mktemp -d -t gpu-check.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT  # the wheels' site folder is this run's only
 site="$tmp/site" bin="$tmp/bin"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl \

@@ -198,7 +198,7 @@ def table(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", nargs="*", help="row names (default: all)")
     ap.add_argument("--list", action="store_true")
@@ -210,7 +210,16 @@ def main() -> None:
     ap.add_argument("--baseline-only", action="store_true",
                     help="with --record of an ST row: the experiment did not retrain the local model (its "
                          "metrics/local files are the baseline commit's), so no local BLEU is recorded")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if not args.record and (args.minutes is not None or args.note or args.baseline_only):
+        ap.error("--minutes, --note and --baseline-only go with --record (without it every row would run)")
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from lib.io import atomic_write_text
+
+    def write_json(path: Path, obj: dict) -> None:  # rows in the order they ran, as before
+        atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
     if args.record:
         row, exp = args.record
         by_name = {r[0]: r for r in ROWS}
@@ -226,9 +235,9 @@ def main() -> None:
             sys.exit(f"error: experiment {exp!r} has no metrics/health/en-de/{kind}.json")
         results = _read(OUT_JSON)
         results[row] = {**got, "minutes": round(args.minutes, 1), "command": args.note or f"dvc exp run -n {exp}"}
-        OUT_JSON.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_json(OUT_JSON, results)
         md = table(results)
-        OUT_MD.write_text("# Locality study (scripts/locality_study.py)\n\n" + md, encoding="utf-8")
+        atomic_write_text(OUT_MD, "# Locality study (scripts/locality_study.py)\n\n" + md)
         print(md)
         return
     known = [r[0] for r in ROWS]
@@ -248,16 +257,18 @@ def main() -> None:
             cmd = row_command(name, change, kind)
             print(f"== row {name}: {desc}\n$ {' '.join(cmd)}", flush=True)
             t0 = time.perf_counter()
-            rc = subprocess.run(cmd, cwd=ROOT).returncode
-            minutes = (time.perf_counter() - t0) / 60
+            try:
+                rc = subprocess.run(cmd, cwd=ROOT).returncode
+                minutes = (time.perf_counter() - t0) / 60
+                if rc == 0:
+                    results[name] = {**collect(kind), "minutes": round(minutes, 1), "command": " ".join(cmd)}
+            finally:  # a failed or interrupted row leaves the committed params.yaml too, not the row's
+                subprocess.run(["git", "checkout", "HEAD", "--", "params.yaml"], cwd=ROOT, check=True)
             if rc != 0:
-                sys.exit(f"error: row {name} failed (rc={rc})")
-            results[name] = {**collect(kind), "minutes": round(minutes, 1), "command": " ".join(cmd)}
-            subprocess.run(["git", "checkout", "HEAD", "--", "params.yaml"], cwd=ROOT, check=True)
-            OUT_JSON.parent.mkdir(parents=True, exist_ok=True)
-            OUT_JSON.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+                sys.exit(f"error: row {name} failed (rc={rc}); params.yaml is the committed one again")
+            write_json(OUT_JSON, results)
     md = table(results)
-    OUT_MD.write_text("# Locality study (scripts/locality_study.py)\n\n" + md, encoding="utf-8")
+    atomic_write_text(OUT_MD, "# Locality study (scripts/locality_study.py)\n\n" + md)
     print(md)
 
 

@@ -426,11 +426,10 @@ def st_processes(root: Path) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
-def main() -> None:
-    from _venv import ensure_project_venv
-
-    ensure_project_venv(CODE)  # torch and dvc: re-run under .venv when started with another python
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """This script's command line (scripts/time_repro.py checks its arguments with it before it touches
+    any file)."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("targets", nargs="*", help="stages (as for `dvc repro`); default: the whole pipeline")
     ap.add_argument("-j", "--jobs", help="stages at a time (default: params.yaml's parallel.jobs)")
     ap.add_argument("-f", "--force", action="store_true", help="run the stages even if nothing changed")
@@ -447,7 +446,32 @@ def main() -> None:
                     help="run nothing: schedule the whole pipeline (or the targets, as with -f) by these rules "
                          "with every stage of GROUP taking HOURS (repeat per group) and every other stage none, "
                          "and print its wall time and stage-hours")
-    args = ap.parse_args()
+    return ap
+
+
+def unknown_targets(root: Path, targets: list[str]) -> str | None:
+    """One line naming the targets that are no stage of ``root``'s dvc.yaml, or None (DVC would stop
+    on them with a traceback)."""
+    if not targets:
+        return None
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    bad = []
+    with Repo(str(root)) as repo:
+        for t in targets:
+            try:
+                repo.stage.collect(t)
+            except DvcException as e:
+                bad.append(f"{t} ({e})")
+    return f"no such stage: {'; '.join(bad)}" if bad else None
+
+
+def main() -> None:
+    from _venv import ensure_project_venv
+
+    ensure_project_venv(CODE)  # torch and dvc: re-run under .venv when started with another python
+    args = build_parser().parse_args()
     sys.path.insert(0, str(CODE))
     root = Path.cwd()
     from lib.params import ParamError, load_params
@@ -463,6 +487,9 @@ def main() -> None:
     jobs = resolve_jobs(value if value == "auto" else int(value), processes_per_run=st_processes(root))
     if args.status_every is not None and not args.status_every > 0:
         raise SystemExit(f"error: --status-every: expected a number of seconds > 0, got {args.status_every}")
+    problem = unknown_targets(root, args.targets)
+    if problem:
+        raise SystemExit(f"error: {problem}")
     if args.replay is not None:
         sys.exit(replay(plan(root, args.targets, True), args.replay, jobs))
     if args.estimate:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -344,8 +345,10 @@ def figure(result: dict, path: Path) -> None:
             twin.set_ylabel("local − baseline (95 % CI)", color="C2", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    tmp = path.with_name(path.name + ".tmp.png")  # a complete figure or the old one, never half of one
+    fig.savefig(tmp, dpi=110)
     plt.close(fig)
+    os.replace(tmp, path)
 
 
 def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws.subprocess_runner) -> dict:
@@ -393,6 +396,15 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
     raw = yaml.safe_load(args.params.read_text(encoding="utf-8"))
     raw["train_st"].update(max_updates=args.max_updates, eval_every=args.eval_every)
     folder = args.workdir / str(args.max_updates)
+    # checked before the scratch folder is made: a folder left by a call that stopped here would refuse
+    # the next call's other --eval-every ("made with other params")
+    if args.extend_from is not None:
+        source = args.workdir / str(args.extend_from)
+        if args.extend_from >= args.max_updates or not source.is_dir():
+            sys.exit(f"error: --extend-from {args.extend_from}: need an earlier, shorter call's folder {source}")
+    missing = [src for pair in pairs for src in inputs(args.source, pair) if not src.exists()]
+    if missing:
+        sys.exit(f"error: {missing[0]}: missing (run `make repro` in {args.source} first)")
     args.workdir.mkdir(parents=True, exist_ok=True)
     (args.workdir / ".gitignore").write_text("*\n", encoding="utf-8")
     try:
@@ -400,9 +412,6 @@ def main(argv: Sequence[str] | None = None, runner: asr_draws.Runner = asr_draws
     except FileNotFoundError as e:
         sys.exit(f"error: {e}")
     if args.extend_from is not None:
-        source = args.workdir / str(args.extend_from)
-        if args.extend_from >= args.max_updates or not source.is_dir():
-            sys.exit(f"error: --extend-from {args.extend_from}: need an earlier, shorter call's folder {source}")
         n = sum(extend(source, folder, system, pair, seed, args.max_updates, args.eval_every)
                 for seed in seeds for pair in pairs for system in systems)
         print(f"extending {n} runs from {source}", flush=True)

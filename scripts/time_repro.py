@@ -41,10 +41,29 @@ def main() -> None:
     from _venv import ensure_project_venv
 
     ensure_project_venv(ROOT)  # so that scripts/repro.py runs under .venv too (sys.executable)
+    import argparse
+
+    import repro
+
+    ap = repro.build_parser(prog="time_repro.py")
+    ap.description = (__doc__ + "\nEvery option but --fresh is scripts/repro.py's (below); --timing is this "
+                      "script's to set.\n\n" + (repro.__doc__ or ""))
+    ap.formatter_class = argparse.RawDescriptionHelpFormatter
+    ap.add_argument("--fresh", action="store_true",
+                    help="first remove every pipeline run's checkpoints (runs/**/checkpoints, the scratch draws "
+                         "of scripts/asr_draws.py and scripts/st_length.py kept), so that -f times the training")
     args = sys.argv[1:]
-    if {"-h", "--help", "--dry"} & set(args):  # nothing runs: leave every file (the last timing too) alone
+    parsed = ap.parse_args(args)  # a bad argument stops here, before any file is touched
+    if parsed.timing is not None:
+        ap.error("--timing: this script writes reports/repro_timing.json itself")
+    if parsed.dry or parsed.replay is not None or parsed.estimate:  # nothing runs: leave every file alone
+        if parsed.fresh:
+            ap.error("--fresh: nothing runs with --dry, --replay or --estimate, so nothing is removed")
         sys.exit(subprocess.call([sys.executable, str(ROOT / "scripts" / "repro.py"), *args], cwd=ROOT))
-    if "--fresh" in args:
+    problem = repro.unknown_targets(ROOT, parsed.targets)
+    if problem:
+        sys.exit(f"error: {problem}")
+    if parsed.fresh:
         args = [a for a in args if a != "--fresh"]
         stale = pipeline_checkpoints(ROOT / "runs")
         for d in stale:

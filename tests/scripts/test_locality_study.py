@@ -61,3 +61,16 @@ def test_record_refuses_bad_arguments_and_writes_nothing(args, message) -> None:
                           capture_output=True, text=True)
     assert proc.returncode != 0 and message in proc.stderr
     assert locality_study.OUT_JSON.read_bytes() == before
+
+
+def test_record_options_without_record_are_refused_before_any_row_runs(monkeypatch, capsys) -> None:
+    """`--minutes 13.9` alone used to be ignored and start every row of the study (hours of `dvc exp run`)."""
+    def no_run(*a, **k):
+        raise AssertionError(f"ran {a}")
+
+    monkeypatch.setattr(locality_study.subprocess, "run", no_run)
+    for argv in (["--minutes", "3"], ["--note", "x"], ["--baseline-only"]):
+        with pytest.raises(SystemExit) as e:
+            locality_study.main(argv)
+        assert e.value.code == 2
+        assert "go with --record" in capsys.readouterr().err

@@ -99,6 +99,53 @@ def test_bad_jobs_value_is_named(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "-j/--jobs" in proc.stderr, proc.stderr
 
 
+def test_an_unknown_target_is_one_line(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p", {"a": _stage("a", [])})
+    proc = _repro(root, "-j", "2", "--dry", "nosuch")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == "error: no such stage: nosuch (Stage 'nosuch' not found inside 'dvc.yaml' file)"
+    assert _repro(root, "-j", "2", "--dry", "a").returncode == 0
+
+
+def _time_repro_project(root: Path) -> Path:
+    """A tiny DVC project holding copies of time_repro.py and what it runs (its repository is the folder
+    above scripts/)."""
+    _project(root, {"a": _stage("a", [], sleep=0.2), "b": _stage("b", [], sleep=0.2)})
+    (root / "scripts").mkdir()
+    for name in ("time_repro.py", "repro.py", "_venv.py", "_progress.py"):
+        shutil.copy(SCRIPTS / name, root / "scripts" / name)
+    (root / "lib").symlink_to(SCRIPTS.parent / "lib", target_is_directory=True)
+    (root / ".gitignore").write_text("/lib\n")
+    return root
+
+
+def test_time_repro_checks_its_arguments_before_it_removes_anything(tmp_path: Path) -> None:
+    """A typo after --fresh, or a stage that does not exist, used to cost every run's checkpoints and the
+    last timing file before scripts/repro.py refused the argument; --replay of that file deleted it first."""
+    root = _time_repro_project(tmp_path / "p")
+    ckpt = root / "runs" / "baseline" / "en-de" / "seed1" / "checkpoints"
+    ckpt.mkdir(parents=True)
+    timing = root / "reports" / "repro_timing.json"
+    timing.parent.mkdir()
+    timing.write_text("{}\n")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "scripts/time_repro.py", "-j", "2", *args], cwd=root, capture_output=True,
+                              text=True, timeout=300)
+
+    for args, rc, says in ((["--fresh", "--bogus"], 2, "unrecognized arguments: --bogus"),
+                           (["--fresh", "nosuch"], 1, "error: no such stage: nosuch"),
+                           (["--fresh", "--dry"], 2, "--fresh: nothing runs"),
+                           (["--timing", "t.json"], 2, "writes reports/repro_timing.json itself"),
+                           (["--replay", "reports/repro_timing.json"], 1, "error: reports/repro_timing.json")):
+        proc = run(*args)
+        out = proc.stdout + proc.stderr  # (--replay says its error on stdout)
+        assert proc.returncode == rc and says in out and "Traceback" not in out, (args, out)
+        assert ckpt.is_dir() and timing.read_text() == "{}\n", args
+    help_text = run("--help").stdout
+    assert help_text.startswith("usage: time_repro.py") and "--fresh" in help_text and "repro_timing.json" in help_text
+
+
 def test_a_stage_that_must_wait_holds_back_the_queue_unless_nothing_waits_for_it() -> None:
     """At the end of a default run: the last training run on one core, then (all ready) prepare_multi
     (alone, nothing downstream) and the analyses (shared, nothing downstream): the analyses pass it."""

@@ -181,3 +181,16 @@ def test_extend_stamps_the_copied_snapshots_and_leaves_set_aside_states_behind(t
     assert all(ckpt.load(p)["fingerprint"] == fp for p in snaps)
     assert torch.equal(ckpt.average_state_dicts(snaps, fp)["w"], torch.full((2,), 3.0))
     assert not list(dst.checkpoints.glob("stale-*"))
+
+
+def test_a_call_stopped_on_missing_inputs_leaves_no_scratch_folder(tmp_path: Path) -> None:
+    """A call that stops because the source lacks the ASR models makes no draw folder: a folder left behind
+    (params.yaml and its marker) would refuse the next call's other --eval-every as 'made with other params'."""
+    work = tmp_path / "len"
+    with pytest.raises(SystemExit, match="missing"):
+        st_length.main(["--max-updates", "4", "--eval-every", "2", "--source", str(tmp_path / "nothing"),
+                        "--workdir", str(work)], runner=in_process([]))
+    with pytest.raises(SystemExit, match="need an earlier, shorter call"):
+        st_length.main(["--max-updates", "4", "--eval-every", "2", "--extend-from", "2", "--workdir", str(work)],
+                       runner=in_process([]))
+    assert not (work / "4").exists()
