@@ -17,7 +17,11 @@ pin() {  # the version requirements.txt pins for package $1
   [ -n "$v" ] || { echo "error: requirements.txt pins no version of $1" >&2; exit 1; }
   echo "$1==$v"
 }
-pkgs="$(pin dvc) $(pin dvclive) $(pin soundfile) $(pin espeakng-loader)"
+pkgs=""
+for name in dvc dvclive soundfile espeakng-loader; do  # one at a time: a failed $(...) inside a longer
+  p=$(pin "$name")                                     # word would not stop the script
+  pkgs="$pkgs $p"
+done
 py=${PYTHON:-python3}
 rm -rf .whl.tmp && mkdir -p .whl.tmp
 "$py" -m pip wheel -q --no-deps antlr4-python3-runtime==4.9.3 -w .whl.tmp
@@ -26,10 +30,12 @@ rm -rf .whl.tmp && mkdir -p .whl.tmp
   --platform manylinux_2_27_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux1_x86_64 --platform any \
   -d .whl.tmp $pkgs
 # what the GPU machine already has (its torch's dependencies and the packages listed above)
-for have in numpy networkx pygments setuptools pyyaml rich tqdm requests certifi idna urllib3 \
-    charset_normalizer packaging psutil nvidia_ml_py typing_extensions filelock six markdown_it_py mdurl \
-    attrs click python_dateutil fsspec pyparsing tabulate; do
-  rm -f .whl.tmp/"$have"-*.whl .whl.tmp/"${have^}"-*.whl
+have=" numpy networkx pygments setuptools pyyaml rich tqdm requests certifi idna urllib3 charset_normalizer
+  packaging psutil nvidia_ml_py typing_extensions filelock six markdown_it_py mdurl attrs click python_dateutil
+  fsspec pyparsing tabulate "
+for wheel in .whl.tmp/*.whl; do  # a wheel's name as the registry spells it (PyYAML-…, markdown_it_py-…)
+  name=$(basename "$wheel" | cut -d- -f1 | tr 'A-Z.-' 'a-z__')
+  case "$(echo $have)" in *" $name "*|"$name "*|*" $name") rm -f "$wheel" ;; esac
 done
 rm -rf .whl && mv .whl.tmp .whl
 echo "$(ls .whl/*.whl | wc -l) wheels, $(du -sh .whl | cut -f1) in .whl/ for: $pkgs"

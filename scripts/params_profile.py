@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mustc-root", metavar="PATH",
                     help="with a profile: your MuST-C copy, checked, then set as data.mustc_root")
     args = ap.parse_args(argv)
-    if args.restore == bool(args.profile):
+    if args.restore and args.profile:
+        ap.error(f"give a profile ({args.profile}) or --restore, not both")
+    if not args.restore and not args.profile:
         ap.error("give a profile or --restore")
     if args.mustc_root is not None and args.restore:
         ap.error("--mustc-root goes with a profile, not with --restore")

@@ -371,7 +371,10 @@ def replay(p: Plan, timing: Path, jobs: int, say: Callable[[str], None] = print)
         record = json.loads(timing.read_text(encoding="utf-8"))
         recorded = {name: (float(a), float(b)) for name, (a, b) in record["intervals"].items()}
         times = simulate(p, {name: b - a for name, (a, b) in recorded.items()}, jobs)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except KeyError as e:
+        say(f"error: {timing}: not a --timing record: no key {e} (scripts/time_repro.py writes one)")
+        return 1
+    except (OSError, ValueError, TypeError) as e:
         say(f"error: {timing}: {e}")
         return 1
     total = max(end for _, end in times.values())

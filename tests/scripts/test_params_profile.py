@@ -34,6 +34,8 @@ def test_switch_keeps_the_users_params_and_restore_puts_them_back(tmp_path: Path
     assert proc.returncode == 1 and "no params.before-profile.yaml to restore" in proc.stderr
     proc = _run(tmp_path, "papr")
     assert proc.returncode == 1 and "no profile 'papr' in profiles/ (have: paper)" in proc.stderr
+    proc = _run(tmp_path, "paper", "--restore")
+    assert proc.returncode == 2 and "give a profile (paper) or --restore, not both" in proc.stderr
     assert (tmp_path / "params.yaml").read_text() == mine
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml", "profiles"]  # no temporary left
 

@@ -191,6 +191,9 @@ def test_replay_schedules_a_recorded_runs_durations_by_the_current_rules(tmp_pat
     (root / "t.json").write_text(json.dumps(record))
     proc = _repro(root, "-j", "2", "--replay", "t.json")
     assert proc.returncode == 1 and "t.json" in proc.stdout and "no recorded duration for c" in proc.stdout
+    (root / "t.json").write_text(json.dumps({"total_seconds": 9.0}))  # some other JSON file
+    proc = _repro(root, "-j", "2", "--replay", "t.json")
+    assert proc.returncode == 1 and "t.json: not a --timing record: no key 'intervals'" in proc.stdout, proc.stdout
 
 
 def test_estimate_schedules_planned_hours_per_stage_group(tmp_path: Path) -> None:
