@@ -4,7 +4,7 @@ every pair and seed, Algorithm 1 (select_windows), the attention health of the A
 baseline, the band test, and the local system of every pair and seed (optionally also a control). Then one
 table: per draw and pair the ASR model's dev-WER curve, the windows and their Spearman ρ with depth, and
 local − baseline BLEU and dev NLL with their 95 % t-interval over seeds (paired by seed); over the draws, ρ
-pooled with its interval, and per pair how many draws lose, gain or hold 0. Written to reports/ as
+per draw (the mean over its pairs) with its interval over the draws, and per pair how many draws lose, gain or hold 0. Written to reports/ as
 Markdown and JSON.
 
     python scripts/asr_draws.py --draws 3                      # ASR seeds 1-3, baseline and local, every seed
@@ -319,8 +319,10 @@ def _pct(v) -> str:
 
 def summarize(draws: dict[int, dict], pairs: Sequence[str], systems: Sequence[str] = ("baseline",)) -> dict:
     """Per pair the mean ± 95 % CI of ρ over draws; ρ pooled over the draws (the per-draw mean over the pairs,
-    and every draw × pair); the spread of the per-draw means; and per system beyond the baseline, per pair,
-    how many draws lose (interval below 0), gain (above 0) or hold 0 against the baseline."""
+    with its interval over the draws, and every draw × pair, a mean without an interval: a draw's pairs share
+    its ASR model, so their profiles are not independent and the draw is the unit); the spread of the
+    per-draw means; and per system beyond the baseline, per pair, how many draws lose (interval below 0),
+    gain (above 0) or hold 0 against the baseline."""
     out: dict = {"pairs": {}, "draw_mean": None, "pooled": None, "draw_mean_range": None, "outcomes": {}}
     for pair in pairs:
         rhos = [d["pairs"][pair]["rho"] for d in draws.values() if d["pairs"][pair]["rho"] is not None]
@@ -333,7 +335,9 @@ def summarize(draws: dict[int, dict], pairs: Sequence[str], systems: Sequence[st
         out["draw_mean_range"] = round(max(per_draw) - min(per_draw), 4)
     every = [d["pairs"][p]["rho"] for d in draws.values() for p in pairs if d["pairs"][p]["rho"] is not None]
     if every:
-        out["pooled"] = {**_ci_dict(every), "positive": sum(r > 0 for r in every)}
+        # no interval: the n profiles of one draw are near copies (one ASR model), not n independent draws
+        out["pooled"] = {"mean": round(statistics.fmean(every), 4), "ci95": None, "n": len(every),
+                         "positive": sum(r > 0 for r in every)}
     for system in systems:
         if system == "baseline":
             continue
@@ -361,6 +365,13 @@ def _curve_cell(curve: Sequence[Sequence[float]]) -> str:
 
 def _minutes(v) -> str:
     return "–" if v is None else f"{v:.1f}"
+
+
+def pooled_line(pooled: dict) -> str:
+    """The report's line for ρ over every draw × pair: a mean and a count, no interval (:func:`summarize`)."""
+    return (f"- pooled over every draw × pair: {_fmt_ci(pooled)}; ρ > 0 on {pooled['positive']} of {pooled['n']}. "
+            "No interval of its own: a draw's pairs share its ASR model, so the draw is the unit and the per-draw "
+            "mean's interval above is the one over the draws")
 
 
 def markdown(result: dict) -> str:
@@ -398,7 +409,7 @@ def markdown(result: dict) -> str:
                      f"{s['draw_mean_range']:.2f}")
     if s.get("pooled") is not None:
         pooled = s["pooled"]
-        lines.append(f"- pooled over every draw × pair: {_fmt_ci(pooled)}; ρ > 0 on {pooled['positive']} of {pooled['n']}")
+        lines.append(pooled_line(pooled))
     for system in others:
         lines.append(f"\n## {system} − baseline per draw and pair\n")
         lines.append("Mean over seeds of the per-seed difference, with its 95 % t-interval over seeds (paired by "

@@ -117,7 +117,10 @@ def paired_bootstrap(sys_a: Sequence[str], sys_b: Sequence[str], refs: Sequence[
          "n_samples": n_samples, "seed": seed, "signature": "...|bs:1000|seed:12345|..."}
 
     A system's 95% interval is ``mean ± ci``. (sacreBLEU treats ``seed=0`` as "unseeded" for the
-    second system's resamples; use a non-zero seed.)
+    second system's resamples; use a non-zero seed.) The p-value counts resamples whose centred |Δ*|
+    (|Δ*| − mean |Δ*|) exceeds the observed |Δ|, in the upper tail only: for a Δ a few bootstrap SEs from 0
+    it is about the one-sided p in the observed direction (half a two-sided one), and at Δ = 0 about
+    0.4, not 1.
     """
     from sacrebleu.significance import PairedTest
 

@@ -89,7 +89,10 @@ def table2_p_cell(run: ControlRun) -> str:
 
 
 def _windows_cell(windows: Sequence[int]) -> str:
-    """The windows and Spearman's ρ of them with depth (the shuffle may keep some of the order)."""
+    """The windows and Spearman's ρ of them with depth (the shuffle may keep some of the order). One width in
+    every layer (the uniform control) has no ρ: a constant side leaves it undefined, not 0."""
+    if len(set(windows)) == 1 and len(windows) > 1:
+        return " ".join(map(str, windows)) + " (one width: ρ undefined)"
     rho = f" (ρ {spearman(range(len(windows)), windows):+.2f})" if len(windows) > 1 else ""
     return " ".join(map(str, windows)) + rho
 

@@ -82,7 +82,7 @@ def test_control_rows_intervals_and_verdicts(tmp_path: Path) -> None:
     h_local = T_975_DF2 * statistics.stdev(d_local) / math.sqrt(3)
     m_local = statistics.fmean(d_local)
     line = [x for x in md.split("## Controls for Algorithm 1")[1].splitlines() if x.startswith("| local_uniform |")][0]
-    assert line.startswith(f"| local_uniform | 7 7 7 7 7 7 7 7 7 (ρ +0.00) | 24.00 ± 2.00 | +2.00 [{2 - half:+.2f}, {2 + half:+.2f}] | "
+    assert line.startswith(f"| local_uniform | 7 7 7 7 7 7 7 7 7 (one width: ρ undefined) | 24.00 ± 2.00 | +2.00 [{2 - half:+.2f}, {2 + half:+.2f}] | "
                            f"{sum(p < 0.05 for p in ps_base)} of 3 | {m_local:+.2f} [{m_local - h_local:+.2f}, "
                            f"{m_local + h_local:+.2f}] | {sum(p < 0.05 for p in ps_local)} of 3 |")
     assert flat["en-de/local_uniform/delta_vs_baseline"] == 2.0

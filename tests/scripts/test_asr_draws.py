@@ -183,6 +183,18 @@ def test_summary_counts_draws_that_lose_gain_or_hold_zero() -> None:
     assert s["draw_mean_range"] == pytest.approx(0.6) and s["pooled"]["positive"] == 2 and s["pooled"]["n"] == 3
 
 
+def test_pooled_rho_takes_the_draw_as_its_unit() -> None:
+    """Three pairs of one draw share its ASR model and give near-identical ρ: pooling the 6 draw × pair
+    profiles as if independent gave a t-interval over n = 6; the interval is the per-draw means' (n = 2)."""
+    def row(rho):  # noqa: ANN001, ANN202
+        return {"rho": rho, "gap": {"alg1": 0.5}, "runs": {}}
+    draws = {1: {"pairs": {p: row(0.6) for p in ("a", "b", "c")}}, 2: {"pairs": {p: row(0.8) for p in ("a", "b", "c")}}}
+    s = asr_draws.summarize(draws, ["a", "b", "c"])
+    # over the two draws: 0.7 ± t(0.975, 1) · 0.1414 / √2 = 0.7 ± 1.2706 (over six profiles it was ± 0.1150)
+    assert s["draw_mean"] == {"mean": 0.7, "ci95": pytest.approx(12.7062047 * 0.1, abs=1e-4), "n": 2}
+    assert s["pooled"] == {"mean": 0.7, "ci95": None, "n": 6, "positive": 6}
+
+
 def test_subprocess_runner_names_the_log(tmp_path: Path, monkeypatch) -> None:
     class Done:
         returncode = 3
