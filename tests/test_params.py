@@ -82,6 +82,9 @@ def test_repo_params_load() -> None:
     (lambda p: p.__setitem__("pairs", []), "pairs: empty"),
     (lambda p: p.__setitem__("seeds", []), "seeds: empty"),
     (lambda p: p.__setitem__("seeds", [1, 2, 2]), "seeds: duplicates"),
+    # the analysed baseline must be one of the trained seeds (`dvc exp run -S 'seeds=[2]'` removes seed 1's model)
+    (lambda p: p.__setitem__("seeds", [2, 3]), "analysis.st_seed: 1 is not in seeds [2, 3]"),
+    (lambda p: p["analysis"].__setitem__("st_seed", 7), "analysis.st_seed: 7 is not in seeds [1, 2, 3, 4, 5]"),
     (lambda p: p.__setitem__("pairs", ["en-de", "en-de"]), "pairs: duplicates"),
     # attention smoothing (docs/variants.md): every bad definition stops before training
     (lambda p: p["smoothing"].__setitem__("systems", ["recursive"]), "smoothing.systems[0]: unknown system 'recursive'"),

@@ -96,6 +96,15 @@ class Params:
             raise ParamError("seeds: empty; list at least one seed, e.g. [1]")
         if len(set(self.seeds)) != len(self.seeds):
             raise ParamError(f"seeds: duplicates in {self.seeds} (each seed would count twice in the mean and std)")
+        if self.analysis.st_seed not in self.seeds:
+            # dvc.yaml's analyze / select_windows / health_st read runs/baseline/<pair>/seed<st_seed>/model.pt,
+            # which only train_baseline@<pair>-<st_seed> writes: without it `dvc exp run` removes that model
+            # and DVC stops with "No such file or directory" (or, with an older file left behind, an orphan
+            # model would be analysed)
+            raise ParamError(f"analysis.st_seed: {self.analysis.st_seed} is not in seeds {self.seeds} (Algorithm 1 "
+                             f"analyses the ST baseline of that seed, and every seed's local run uses its windows); "
+                             f"keep it in seeds, e.g. seeds=[{self.analysis.st_seed},...], or set analysis.st_seed "
+                             f"to one of them")
         for i, pair in enumerate(self.pairs):
             if not PAIR_PATTERN.match(pair):
                 raise ParamError(f"pairs[{i}]: expected a pair like 'en-de', got {pair!r}")
