@@ -254,9 +254,10 @@ class MustcV1Reader(CorpusReader):
             for lang in ("yaml", src, tgt):
                 path = data_dir / "txt" / f"{split}.{lang}"
                 if not path.is_file():
-                    there = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
-                    raise CorpusError(f"{path}: missing; {path.parent} holds "
-                                      f"{', '.join(there) if there else 'nothing' if path.parent.is_dir() else 'no such folder'}")
+                    folder = path.parent
+                    held = (", ".join(sorted(p.name for p in folder.iterdir())) or "nothing") if folder.is_dir() \
+                        else "no such folder"
+                    raise CorpusError(f"{path}: missing; {folder} holds {held}")
 
     def text_file(self, split: str, lang: str) -> Path:
         return Path(self.root) / self.pair / "data" / split / "txt" / f"{split}.{lang}"
