@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from lib.stats import mean_ci, mean_std, paired_interval, spearman, t_quantile
+from lib.stats import Interval, mean_ci, mean_std, paired_interval, spearman, t_quantile
 
 T_975_DF2 = 4.302652729  # Student's t, 97.5 % quantile, 2 degrees of freedom (tables)
 
@@ -54,3 +54,12 @@ def test_stats_imports_no_torch() -> None:
 
     code = "import lib.stats, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_interval_sign_needs_the_whole_interval_off_zero() -> None:
+    """An interval that touches 0 ([0, 2] or [-2, 0]) holds 0: no sign."""
+    assert Interval(1.0, 1.0, 3).sign() == 0
+    assert Interval(-1.0, 1.0, 3).sign() == 0
+    assert Interval(1.0, 0.5, 3).sign() == 1
+    assert Interval(-1.0, 0.5, 3).sign() == -1
+    assert Interval(1.0, math.nan, 1).sign() == 0

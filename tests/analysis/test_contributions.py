@@ -164,3 +164,14 @@ def test_row_blocks(monkeypatch, block):
 def test_large_n_block_path():
     p = _layer(300, seed=9, d=16, h=4)  # > one 256-row block
     torch.testing.assert_close(contributions(*_args(p)), contributions_naive(*_args(p)), rtol=1e-5, atol=1e-12)
+
+
+def test_zero_rows_stay_zero_when_normalised():
+    """A row whose contributions are all 0 (no value path: W_V = 0, no residual) is left at 0 by the
+    row normalisation (docstring), not divided by 0 into NaN."""
+    p = _layer(5, seed=3)
+    p["v_weight"] = torch.zeros_like(p["v_weight"])
+    p["v_bias"] = torch.zeros_like(p["v_bias"])
+    for fn in (contributions, contributions_naive):
+        c = fn(*_args(p), residual=False, normalize=True)
+        assert torch.equal(c, torch.zeros(5, 5, dtype=torch.float64)), fn.__name__

@@ -303,3 +303,26 @@ def test_window_table():
     cls = [contribution_loss(local, 3), contribution_loss(uniform, 3)]
     assert rows[0]["cl_mean"] == pytest.approx(sum(cls) / 2)
     assert rows[0]["cl_std"] == pytest.approx(abs(cls[0] - cls[1]) / 2)
+
+
+# --------------------------------------------------------------------------- mutation-audit additions
+
+
+def test_window_size_float_noise_above_an_integer():
+    """2.4000000000000004 + 0.6 = 3.0000000000000004 in floats: ⌈μ+σ⌉ is 3 (odd, kept), not 4 -> 5."""
+    mu = 24 * 0.1
+    assert mu + 0.6 > 3.0  # the noise is really there
+    assert window_size(mu, 0.6) == 3
+    assert window_size(4.6000000000000005, 0.4) == 5  # 5.000000000000001 is 5, not 6 -> 7
+
+
+def test_select_window_default_patience_is_the_ceiling_of_n_over_10():
+    """N = 11: the literal ``while counter < N/10`` stops at ⌈1.1⌉ = 2 consecutive failures. Offset 1
+    fails, offset 2 passes (0.1 / (0.9 + 0.1) per row on the super-diagonal), so the default scan
+    reaches it: w = 2·2 = 4. Patience 1 (floor / round of 1.1) stops at offset 1 with w = 0."""
+    n = 11
+    c = toeplitz(n, {0: 0.9, 2: 0.1})
+    assert select_window(c) == 4
+    assert select_window(c, patience=2) == 4
+    assert select_window(c, patience_rounding="round") == 0
+    assert select_window(c, patience_rounding="floor") == 0

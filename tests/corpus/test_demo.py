@@ -7,7 +7,7 @@ import numpy as np
 import soundfile as sf
 import yaml
 
-from lib.corpus.demo import SAMPLE_RATE, plan_pair, write_pair
+from lib.corpus.demo import SAMPLE_RATE, pair_seed, plan_pair, write_pair
 
 SPLITS = {"train": 10, "dev": 3, "tst-COMMON": 4}
 KW = dict(splits=SPLITS, seed=3, segments_per_talk=4, n_speakers=4, pause_seconds=[0.2, 0.5])
@@ -167,3 +167,36 @@ def test_reverb_rooms_are_drawn_per_talk_and_change_only_the_audio(tmp_path: Pat
     for name in ("train.yaml", "train.en", "train.de"):  # segmentation and text untouched
         assert (tmp_path / "dry/en-de/data/train/txt" / name).read_bytes() == \
             (tmp_path / "wet/en-de/data/train/txt" / name).read_bytes()
+
+
+# ----------------------------------------------------------------------------- mutation-audit additions
+
+
+def test_pair_seed_by_hand() -> None:
+    """pair_seed = (seed · 1000003 + crc32(pair)) mod 2^31: pinned, since every demo corpus (a DVC output)
+    is a function of it. crc32(b"en-de") = 0x40d561d7 (zlib)."""
+    import zlib
+
+    assert zlib.crc32(b"en-de") == 0x40D561D7
+    assert pair_seed(0, "en-de") == 0x40D561D7 % 2**31 == 1087726039
+    assert pair_seed(3, "en-de") == (3 * 1_000_003 + 1087726039) % 2**31 == 1090726048
+    assert pair_seed(3, "en-de") != pair_seed(3, "en-it")
+
+
+def test_each_pair_draws_its_own_sentences_at_one_seed() -> None:
+    """The pair enters the plan's seed: two pairs of one demo corpus do not share their English side."""
+    de = [s["en"] for p in plan_pair("en-de", **KW) for seg in p.segments for s in seg.sentences]
+    it = [s["en"] for p in plan_pair("en-it", **KW) for seg in p.segments for s in seg.sentences]
+    assert de != it and len(set(de) & set(it)) < len(de) // 2
+
+
+def test_room_rt60_comes_from_its_own_stream() -> None:
+    """rt60 is drawn from the talk's stream [noise_seed, 2] (the RIR uses [noise_seed, 1], the noise
+    noise_seed itself), rounded to ms; the other draws of the plan do not change with reverberation."""
+    plain = plan_pair("en-de", **KW)
+    reverb = plan_pair("en-de", **KW, reverb_rt60=[0.2, 0.6])
+    assert [p.noise_seed for p in plain] == [p.noise_seed for p in reverb]
+    assert all(p.rt60 == 0.0 for p in plain)
+    for p in reverb:
+        assert p.rt60 == round(float(np.random.default_rng([p.noise_seed, 2]).uniform(0.2, 0.6)), 3)
+        assert 0.2 <= p.rt60 <= 0.6

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from lib.data.dataset import EOS_ID, SpeechDataset, batch_by_frames
+from lib.data.dataset import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SpeechDataset, batch_by_frames, collate
 from lib.data.prepare import prepare_pair
 from lib.params import PrepareParams
 from tests.corpus_factory import DE, EN, default_spec, make_corpus
@@ -87,3 +87,60 @@ def test_batch_order_is_a_function_of_seed_and_epoch() -> None:
     assert batch_by_frames(n_frames, 400, shuffle=False, seed=3, epoch=5) == plain
     flat = [i for b in plain for i in b]
     assert [n_frames[i] for i in flat] == sorted(n_frames)
+
+
+# ----------------------------------------------------------------------------- mutation-audit additions
+
+
+def test_batch_by_frames_limits_are_inclusive_by_hand() -> None:
+    """``len(batch) * longest <= max_frames``: a batch that fills max_frames exactly is allowed; one more
+    frame is not. ``max_sentences`` caps the batch at exactly that many items."""
+    assert batch_by_frames([5, 5, 5], 10, shuffle=False) == [[0, 1], [2]]
+    assert batch_by_frames([5, 5, 5], 9, shuffle=False) == [[0], [1], [2]]
+    assert batch_by_frames([5, 5, 5], 15, shuffle=False) == [[0, 1, 2]]
+    # padded size counts the longest item: 3 + 4 -> 2 * 4 = 8 <= 8, adding 6 -> 3 * 6 = 18 > 8
+    assert batch_by_frames([4, 6, 3], 8, shuffle=False) == [[2, 0], [1]]
+    assert batch_by_frames([1, 1, 1], 100, shuffle=False, max_sentences=2) == [[0, 1], [2]]
+    assert batch_by_frames([1, 1, 1], 100, shuffle=False, max_sentences=3) == [[0, 1, 2]]
+    assert batch_by_frames([1, 1, 1], 100, shuffle=False, max_sentences=1) == [[0], [1], [2]]
+    # an item longer than max_frames gets a batch of its own
+    assert batch_by_frames([3, 20, 3], 10, shuffle=False) == [[0, 2], [1]]
+
+
+def test_max_frames_filter_keeps_an_item_of_exactly_max_frames(prepared: Path) -> None:
+    rows = _manifest(prepared / "train.tsv")
+    frames = sorted(int(r["n_frames"]) for r in rows)
+    limit = frames[len(frames) // 2]
+    assert frames[0] <= limit < frames[-1]
+    ds = SpeechDataset(prepared, "train", "st", max_frames=limit)
+    assert [r["id"] for r in ds.rows] == [r["id"] for r in rows if int(r["n_frames"]) <= limit]
+    assert limit in ds.n_frames.tolist()
+
+
+def test_collate_pads_to_the_longest_item_or_the_next_multiple(prepared: Path) -> None:
+    """Default padding is the longest item (fairseq); ``pad_frames_to`` / ``pad_tokens_to`` round it up to
+    the next multiple and never add a whole multiple to a length that already is one."""
+    ds = SpeechDataset(prepared, "train", "st")
+    idx = [0, 1, 2]
+    longest = max(int(ds.n_frames[i]) for i in idx)
+    tmax = max(len(ds.targets[i]) for i in idx)
+    b = collate(ds, idx)
+    assert b.feats.shape[:2] == (3, longest) and b.target.shape == (3, tmax) == b.prev_tokens.shape
+    assert b.feat_lengths.tolist() == [int(ds.n_frames[i]) for i in idx]
+    for k, i in enumerate(idx):
+        n = int(ds.n_frames[i])
+        assert float(b.feats[k, n:].abs().sum()) == 0.0  # zero padded frames
+        assert b.target[k, len(ds.targets[i]):].eq(PAD_ID).all()
+    b4 = collate(ds, idx, pad_frames_to=4, pad_tokens_to=5)
+    assert b4.feats.shape[1] == -(-longest // 4) * 4 and b4.target.shape[1] == -(-tmax // 5) * 5
+    exact = collate(ds, idx, pad_frames_to=longest, pad_tokens_to=tmax)
+    assert exact.feats.shape[1] == longest and exact.target.shape[1] == tmax
+
+
+def test_decode_drops_bos_pad_eos_and_unk(prepared: Path) -> None:
+    """Special ids and <unk> never reach the detokenised text (so BLEU never sees ' ⁇ ')."""
+    ds = SpeechDataset(prepared, "train", "st")
+    body = ds.targets[0][:-1]
+    assert ds.decode(body) == ds.reference(0)
+    noisy = [BOS_ID, UNK_ID] + body[:1] + [UNK_ID, PAD_ID] + body[1:] + [EOS_ID, UNK_ID]
+    assert ds.decode(noisy) == ds.reference(0)

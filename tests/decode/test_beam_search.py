@@ -378,3 +378,40 @@ def test_cuda_matches_cpu() -> None:
 
 def test_table_model_score() -> None:
     assert math.isclose(TableModel([FORCED]).score(0, [5, 7, 9], 1.0), 4 * math.log(0.9) / 4, rel_tol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------
+# Mutation-audit additions: fairseq's "eos within the first beam" rule, per-sentence length
+# ----------------------------------------------------------------------------------------
+
+
+def test_eos_ranked_beyond_the_first_beam_candidates_is_not_finalised() -> None:
+    """fairseq finalises an eos candidate only when it ranks among the first ``beam`` of the 2·beam
+    candidates. At step 0 eos (p = .31) ranks third behind 5 (.35) and 6 (.34), so with beam 2 the
+    empty hypothesis is never finished, although its raw score log .31 = -1.171 beats both finished
+    ones (min_len 0, len_penalty 0: [5] = log .35 + log .6 = -1.561, [6] = log .34 + log .6 = -1.590). A search
+    that finalised every eos among the 2·beam candidates would return []."""
+    model = TableModel([{(): {5: 0.35, 6: 0.34, EOS: 0.31}, (5,): {EOS: 0.6}, (6,): {EOS: 0.6}}])
+    feats, lens = inputs([0])
+    assert model.score(0, [], 0.0) == pytest.approx(math.log(0.31), abs=1e-6)
+    assert model.score(0, [], 0.0) > model.score(0, [5], 0.0) > model.score(0, [6], 0.0)
+    assert beam_search(model, feats, lens, cfg(beam=2, len_penalty=0.0, min_len=0)) == [[5]]
+    # with beam 3 the eos is within the first beam: the empty hypothesis is finished and wins
+    assert beam_search(model, feats, lens, cfg(beam=3, len_penalty=0.0, min_len=0)) == [[]]
+
+
+class _SubsamplingTableModel(TableModel):
+    """A TableModel whose encoder output is half as long as its input (as a conv subsampler)."""
+
+    def encode(self, feats: Tensor, feat_lengths: Tensor, task: Tensor | None = None) -> EncoderOutput:
+        enc = super().encode(feats, feat_lengths, task)
+        return EncoderOutput(out=enc.out, padding_mask=enc.padding_mask, lengths=feat_lengths // 2)
+
+
+def test_max_len_a_scales_the_encoder_length_not_the_input_frames() -> None:
+    """max_len = max_len_a * enc.lengths + max_len_b (module docstring): with 8 and 12 input frames the
+    encoder lengths are 4 and 6, so a = 1, b = 1 allows 5 and 7 tokens (not 9 and 13)."""
+    model = _SubsamplingTableModel([{}], default={5: 0.999, EOS: 1e-9})  # never ends by itself
+    feats, lens = inputs([0, 0], [8, 12])
+    assert [len(h) for h in beam_search(model, feats, lens, cfg(beam=2, max_len_a=1.0, max_len_b=1))] == [5, 7]
+    assert [len(h) for h in greedy_search(model, feats, lens, 1.0, 1)] == [5, 7]

@@ -327,3 +327,20 @@ def test_cpu_autocast_bf16_with_mixed_input_dtypes():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_autocast_bf16_with_mixed_input_dtypes():
     _autocast_bf16_matches_reference("cuda")
+
+
+@pytest.mark.parametrize("extra", [0, 2, 10])
+def test_any_window_covering_the_sequence_takes_the_full_attention_path(monkeypatch, extra):
+    """w >= 2N - 1 sees the whole sequence: the call is plain full attention (module docstring), for
+    w = 2N - 1 and for any wider window alike, with the same result as the dense reference."""
+    import lib.model.local_attention as la
+
+    calls = []
+    real = la._full_attention
+    monkeypatch.setattr(la, "_full_attention", lambda *a: calls.append(1) or real(*a))
+    n = 6
+    q, k, v = (t.detach() for t in _inputs(n))
+    w = 2 * n - 1 + extra
+    out = local_attention(q, k, v, w)
+    assert calls == [1]
+    torch.testing.assert_close(out, banded_reference(q, k, v, 2 * n - 1))

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lib.report.tables import headline, load_scores, paper_comparison_markdown, summary, table2_markdown
+from lib.report.tables import (headline, load_scores, paper_comparison_markdown, per_seed_markdown, summary,
+                               table2_markdown)
 
 
 def _write(root: Path, folder: str, pair: str, seed: int, bleu: float, chrf: float) -> None:
@@ -102,3 +103,35 @@ def test_local_minus_baseline_pairs_by_seed(tmp_path: Path) -> None:
     assert gap.half == pytest.approx(4.302653 * 0.1 / 3 ** 0.5, rel=1e-5)
     with pytest.raises(ValueError, match="seeds"):
         local_minus_baseline(base, load_scores(tmp_path, "en-de", "local", [1, 2]))
+
+
+# ----------------------------------------------------------------------------- mutation-audit additions
+
+
+def test_table2_std_column_is_bleus_and_per_seed_differences_are_local_minus_baseline(tmp_path: Path) -> None:
+    """BLEU and chrF spread differently, so the "BLEU std" column must be BLEU's (sample std 2.00, chrF's is
+    5.00); the per-seed rows list BLEU / chrF per run and local − baseline per seed."""
+    for seed, (b, c) in zip([1, 2, 3], [(20.0, 45.0), (22.0, 50.0), (24.0, 55.0)]):
+        _write(tmp_path, "baseline", "en-de", seed, b, c)
+    for seed, (b, c) in zip([1, 2, 3], [(21.0, 44.0), (21.5, 51.0), (25.0, 56.0)]):
+        _write(tmp_path, "local", "en-de", seed, b, c)
+    base = load_scores(tmp_path, "en-de", "baseline", [1, 2, 3])
+    local = load_scores(tmp_path, "en-de", "local", [1, 2, 3])
+    md = table2_markdown([base, local], {})
+    assert "| en-de | baseline | 22.00 [17.03, 26.97] | 2.00 | 50.00 [37.58, 62.42] | 3 | 22.53 |  |" in md
+    rows = per_seed_markdown([base, local]).splitlines()
+    assert rows[0] == "| pair | system | seed 1: BLEU / chrF | seed 2: BLEU / chrF | seed 3: BLEU / chrF |"
+    assert "| en-de | baseline | 20.00 / 45.00 | 22.00 / 50.00 | 24.00 / 55.00 |" in rows
+    assert "| en-de | local − baseline (BLEU) | +1.00 | -0.50 | +1.00 |" in rows
+
+
+def test_paper_comparison_counts_only_p_strictly_below_005(tmp_path: Path) -> None:
+    for seed, b in zip([1, 2], [20.0, 22.0]):
+        _write(tmp_path, "baseline", "en-de", seed, b, 50.0)
+        _write(tmp_path, "local", "en-de", seed, b + 1.0, 50.0)
+    scores = [load_scores(tmp_path, "en-de", s, [1, 2]) for s in ("baseline", "local")]
+    health = tmp_path / "metrics" / "health" / "en-de" / "st.json"
+    health.parent.mkdir(parents=True)
+    health.write_text(json.dumps({"summary": {"c_ii_mean": 0.5}, "algorithm1_windows": "3 5"}))
+    md = paper_comparison_markdown(tmp_path, scores, {"en-de": [{"p_value": 0.05}, {"p_value": 0.0499}]})
+    assert "| 1 of 2 |" in md

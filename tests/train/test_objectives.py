@@ -326,3 +326,9 @@ def test_fp64_logits_keep_the_losses_in_fp64_and_low_precision_ones_go_to_fp32()
     assert ctc64.dtype == torch.float64
     assert ctc64.item() == pytest.approx(ctc_loss(logits.float(), lengths, target, torch.tensor([3, 2]), blank=0).item(),
                                          rel=1e-6)
+
+
+def test_warmup_starts_at_1e7_by_default() -> None:
+    """The default warmup_init_lr (1e-7, params.yaml and TrainConfig) is the lr of the very first update."""
+    assert inverse_sqrt_lr(0, 2e-3, 10) == pytest.approx(1e-7, rel=1e-12)
+    assert inverse_sqrt_lr(1, 2e-3, 10) == pytest.approx(1e-7 + (2e-3 - 1e-7) / 10, rel=1e-12)
