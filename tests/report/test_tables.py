@@ -39,14 +39,21 @@ def test_missing_run_names_the_file(tmp_path: Path) -> None:
         load_scores(tmp_path, "en-de", "local", [1])
 
 
-def test_paper_comparison_reads_health_and_scores(tmp_path: Path) -> None:
+def _two_seeds_and_health(root: Path, local_delta: float, local_chrf: float, c_ii: float, windows: str) -> tuple:
+    """en-de seeds 1-2 (baseline BLEU 20, 22; local = baseline + local_delta) and the ST health file;
+    returns (the two systems' scores, the health file)."""
     for seed, b in zip([1, 2], [20.0, 22.0]):
-        _write(tmp_path, "baseline", "en-de", seed, b, 50.0)
-        _write(tmp_path, "local", "en-de", seed, b - 1.5, 49.0)
-    scores = [load_scores(tmp_path, "en-de", s, [1, 2]) for s in ("baseline", "local")]
-    health = tmp_path / "metrics" / "health" / "en-de" / "st.json"
+        _write(root, "baseline", "en-de", seed, b, 50.0)
+        _write(root, "local", "en-de", seed, b + local_delta, local_chrf)
+    scores = [load_scores(root, "en-de", s, [1, 2]) for s in ("baseline", "local")]
+    health = root / "metrics" / "health" / "en-de" / "st.json"
     health.parent.mkdir(parents=True)
-    health.write_text(json.dumps({"summary": {"c_ii_mean": 0.7412}, "algorithm1_windows": "1 3 5 5 9"}))
+    health.write_text(json.dumps({"summary": {"c_ii_mean": c_ii}, "algorithm1_windows": windows}))
+    return scores, health
+
+
+def test_paper_comparison_reads_health_and_scores(tmp_path: Path) -> None:
+    scores, health = _two_seeds_and_health(tmp_path, -1.5, 49.0, 0.7412, "1 3 5 5 9")
     md = paper_comparison_markdown(tmp_path, scores, {"en-de": [{"p_value": 0.01}, {"p_value": 0.3}]})
     assert "| en-de | -1.50 [-1.50, -1.50] (-0.04) | 1 of 2 | 0.74 | 4 of 5 | +0.97 | 1 3 5 5 9 |" in md
     flat = headline(tmp_path, scores)
@@ -126,12 +133,6 @@ def test_table2_std_column_is_bleus_and_per_seed_differences_are_local_minus_bas
 
 
 def test_paper_comparison_counts_only_p_strictly_below_005(tmp_path: Path) -> None:
-    for seed, b in zip([1, 2], [20.0, 22.0]):
-        _write(tmp_path, "baseline", "en-de", seed, b, 50.0)
-        _write(tmp_path, "local", "en-de", seed, b + 1.0, 50.0)
-    scores = [load_scores(tmp_path, "en-de", s, [1, 2]) for s in ("baseline", "local")]
-    health = tmp_path / "metrics" / "health" / "en-de" / "st.json"
-    health.parent.mkdir(parents=True)
-    health.write_text(json.dumps({"summary": {"c_ii_mean": 0.5}, "algorithm1_windows": "3 5"}))
+    scores, _ = _two_seeds_and_health(tmp_path, 1.0, 50.0, 0.5, "3 5")
     md = paper_comparison_markdown(tmp_path, scores, {"en-de": [{"p_value": 0.05}, {"p_value": 0.0499}]})
     assert "| 1 of 2 |" in md
