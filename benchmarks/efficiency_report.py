@@ -72,6 +72,10 @@ __all__ = [
     "write_outputs",
 ]
 
+if __name__ == "__main__":  # run directly, the import below would fail with a bare ModuleNotFoundError
+    raise SystemExit("benchmarks/efficiency_report.py is the report half of benchmarks/encoder_efficiency.py, "
+                     "not a script: run `python benchmarks/encoder_efficiency.py --help`")
+
 from lib.paper import EN_DE_WINDOWS as PAPER_EN_DE_WINDOWS  # noqa: E402 (the paper's Table 1, layers 4-12)
 from lib.paper import FULL_LAYERS as PAPER_FULL_LAYERS  # noqa: E402
 #: Attention-op methods of benchmarks/local_attention.py, in table order.
