@@ -279,3 +279,26 @@ def test_head_selection_that_train_multi_would_refuse_stops_at_load(tmp_path: Pa
         p["multi"]["head_selection"].update(change)
 
     load_params(_write(tmp_path, unused))
+
+
+def test_a_pair_without_a_demo_corpus_stops_at_load(tmp_path: Path) -> None:
+    """On the demo corpus a pair the grammar cannot write stops at load time, naming the key, not at
+    that pair's corpus stage after the others ran; on a MuST-C copy any en-xx pair loads."""
+    with pytest.raises(ParamError, match=r"pairs\[1\]: 'en-fr' has no demo corpus.*data\.mustc_root"):
+        load_params(_write(tmp_path, lambda p: p.__setitem__("pairs", ["en-de", "en-fr"])))
+
+    def on_a_copy(p):
+        p["pairs"] = ["en-de", "en-fr"]
+        p["data"]["mustc_root"] = "/data/MUSTC_v1.0"
+    assert load_params(_write(tmp_path, on_a_copy)).pairs == ["en-de", "en-fr"]
+
+
+def test_demo_pairs_are_the_grammars_and_the_corpus_stages_root() -> None:
+    from lib.corpus.grammar import LANGUAGES
+    from lib.params.base import DEMO_MUSTC_ROOT, DEMO_PAIRS
+
+    assert DEMO_PAIRS == tuple(f"en-{lang}" for lang in LANGUAGES)
+    corpus = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["corpus"]
+    assert corpus["cmd"].split()[-1] == DEMO_MUSTC_ROOT
+    assert corpus["outs"] == [f"{DEMO_MUSTC_ROOT}/${{item.pair}}"]
+    assert load_params(REPO / "params.yaml").data.mustc_root == DEMO_MUSTC_ROOT

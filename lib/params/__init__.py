@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 
 from lib.params.base import (  # noqa: F401 (re-exported: one import path for every section)
+    DEMO_MUSTC_ROOT,
+    DEMO_PAIRS,
     PAIR_PATTERN,
     ParamError,
     _type_name,
@@ -110,6 +112,12 @@ class Params:
                 raise ParamError(f"pairs[{i}]: expected a pair like 'en-de', got {pair!r}")
         if len(set(self.pairs)) != len(self.pairs):
             raise ParamError(f"pairs: duplicates in {self.pairs}")
+        if Path(self.data.mustc_root) == Path(DEMO_MUSTC_ROOT):
+            for i, pair in enumerate(self.pairs):
+                if pair not in DEMO_PAIRS:  # else the pipeline would stop at that pair's corpus stage
+                    raise ParamError(f"pairs[{i}]: {pair!r} has no demo corpus (the demo generates "
+                                     f"{', '.join(DEMO_PAIRS)}); list only those, or point data.mustc_root at a "
+                                     f"MuST-C copy that holds {pair}")
         if self.asr.mode == "shared" and self.asr.shared_pair not in self.pairs:
             raise ParamError(f"asr.shared_pair: {self.asr.shared_pair!r} is not in pairs {self.pairs} (its English "
                              f"trains the shared ASR model); pick one of them or set asr.mode: per_pair")

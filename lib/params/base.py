@@ -14,6 +14,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 PAIR_PATTERN = re.compile(r"^en-[a-z]{2}$")
+# the pairs lib/corpus can generate (its grammar's target languages; a test keeps the two equal)
+DEMO_PAIRS = ("en-de", "en-es", "en-it")
+DEMO_MUSTC_ROOT = "data/mustc-demo"  # where dvc.yaml's corpus stage writes them (a test checks dvc.yaml)
 
 
 class ParamError(ValueError):
