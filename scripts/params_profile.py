@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("give a profile or --restore")
     if args.mustc_root is not None and args.restore:
         ap.error("--mustc-root goes with a profile, not with --restore")
+    if args.mustc_root is not None and not args.mustc_root.strip():  # "" would be the repository itself
+        ap.error("--mustc-root: empty; give the folder that holds en-de/, en-es/, ... of your MuST-C copy")
     root = Path.cwd()
     if args.mustc_root is not None:  # the corpus check reads with the library: under the project's venv
         sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -81,7 +81,8 @@ def run_stage(main: Callable[[], None]) -> None:
     one line on stderr and exit code 128 + signal (130 for SIGINT, 143 for SIGTERM, the shell's
     convention) instead of a traceback: the cleanups have run, there is nothing to debug. An input
     file that cannot be read (:class:`lib.io.InputError`: a truncated JSON or checkpoint) ends it with
-    its one line and exit code 1, as does a :class:`lib.params.ParamError` raised while the stage runs
+    its one line and exit code 1, as do a missing input (FileNotFoundError: a stage run by hand before
+    the stage that writes its input) and a :class:`lib.params.ParamError` raised while the stage runs
     (a setting its data cannot meet, e.g. a train set too small for one update).
 
     Called under ``if __name__ == "__main__":`` only, so a process that re-imports the script
@@ -98,7 +99,8 @@ def run_stage(main: Callable[[], None]) -> None:
               f"error: {script} interrupted by {name}; partial outputs removed (rerun to redo or resume)",
               file=sys.stderr, flush=True)
         sys.exit(128 + signum)
-    except (InputError, ParamError) as e:  # a truncated or malformed input file, or a setting that cannot
-        # work (found only once the run sees its data): the message names the file or key and the remedy
+    except (InputError, ParamError, FileNotFoundError) as e:  # a truncated, malformed or missing input
+        # file, or a setting that cannot work (found only once the run sees its data): the message names
+        # the file or key and, where the library knows it, the stage that writes the file
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(1)

@@ -116,3 +116,30 @@ run_stage(main)
     proc = subprocess.run([sys.executable, "-c", stage], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines() == ["error: train set too small for one update (3 segments): lower update_freq"]
+
+
+@pytest.mark.parametrize("reads, says", [
+    # the corpus_stats stage run by hand before prepare: SentencePiece's own error was a RuntimeError
+    ("from lib.report.corpus_stats import corpus_stats; corpus_stats(Path(sys.argv[1]) / 'en-de', ['train'])",
+     "en-de/spm_st.model: missing; it is written by the prepare@en-de stage"),
+    # a training stage run by hand before prepare
+    ("from lib.data.dataset import SpeechDataset; SpeechDataset(Path(sys.argv[1]) / 'en-de', 'train', 'st')",
+     "en-de/train.tsv: no such manifest (run the prepare stage first)"),
+])
+def test_a_missing_input_is_one_line_naming_it(tmp_path: Path, reads: str, says: str) -> None:
+    stage = f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(REPO / 'stages')!r})
+from _common import run_stage
+
+def main() -> None:
+    {reads}
+
+run_stage(main)
+"""
+    proc = subprocess.run([sys.executable, "-c", stage, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path}/") and lines[0].endswith(says), lines

@@ -27,6 +27,7 @@ import numpy as np
 import yaml
 
 from lib.data import reader
+from lib.params.base import PAIR_PATTERN
 from lib.data.reader import SAMPLE_RATE, CorpusError, CorpusReader, Segment, load_talk, probe_talk  # noqa: F401
 
 try:  # the C loader is ~10x faster on the 200k-entry yaml of the real train split
@@ -50,7 +51,8 @@ def split_dir(root: Path, pair: str, split: str) -> Path:
         raise CorpusError(f"{root}: MuST-C root folder does not exist")
     pair_dir = root / pair
     if not pair_dir.is_dir():
-        existing = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "data").is_dir())
+        existing = sorted(p.name for p in root.iterdir()  # a pair's folder: en-xx/data (not lib/data)
+                          if PAIR_PATTERN.match(p.name) and p.is_dir() and (p / "data").is_dir())
         raise CorpusError(
             f"{pair_dir}: language pair folder {pair!r} not found under {root}; "
             f"pairs present: {', '.join(existing) if existing else 'none'}"

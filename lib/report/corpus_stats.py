@@ -34,7 +34,10 @@ def _describe(values: np.ndarray) -> dict[str, float]:
 
 def corpus_stats(prepared_dir: Path, splits: list[str]) -> tuple[dict, dict[str, dict[str, np.ndarray]]]:
     """Per split: segment count, hours, frames, encoder length N, target token length."""
-    sp = spm.SentencePieceProcessor(model_file=str(prepared_dir / "spm_st.model"))
+    model = prepared_dir / "spm_st.model"
+    if not model.is_file():  # SentencePiece's own error is a RuntimeError with no remedy
+        raise FileNotFoundError(f"{model}: missing; it is written by the prepare@{prepared_dir.name} stage")
+    sp = spm.SentencePieceProcessor(model_file=str(model))
     stats: dict = {}
     arrays: dict[str, dict[str, np.ndarray]] = {}
     for split in splits:

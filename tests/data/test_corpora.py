@@ -64,7 +64,8 @@ def test_missing_root_and_bad_pair(tmp_path: Path) -> None:
 
 
 def test_an_unknown_layout_gets_the_mustc_readers_own_error(tiny_corpus: Path) -> None:
-    with pytest.raises(CorpusError, match=r"language pair folder 'en-fr' not found .*pairs present: en-de"):
+    (tiny_corpus / "lib" / "data").mkdir(parents=True)  # a folder with data/ that is no pair: not listed
+    with pytest.raises(CorpusError, match=r"language pair folder 'en-fr' not found .*pairs present: en-de$"):
         prepare_pair(tiny_corpus, "en-fr", tiny_corpus.parent / "out", PrepareParams(**CFG), progress=False)
 
 

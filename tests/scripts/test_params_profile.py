@@ -91,3 +91,14 @@ def test_mustc_root_is_checked_before_the_switch_and_set_with_the_comments_kept(
     assert text == PROFILE.replace("mustc_root: data/mustc-demo   # the demo", f'mustc_root: "{corpus}"   # the demo')
     assert (tmp_path / "params.before-profile.yaml").read_text() == mine
     assert _run(tmp_path, "--restore").returncode == 0 and (tmp_path / "params.yaml").read_text() == mine
+
+
+def test_an_empty_mustc_root_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    """"" would resolve to the repository itself, whose lib/data and tests/data looked like pairs."""
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles/paper.yaml").write_text(PROFILE)
+    mine = "data:\n  mustc_root: data/mustc-demo\n"
+    (tmp_path / "params.yaml").write_text(mine)
+    proc = _run(tmp_path, "paper", "--mustc-root", " ")
+    assert proc.returncode == 2 and "--mustc-root: empty; give the folder that holds en-de/" in proc.stderr, proc.stderr
+    assert (tmp_path / "params.yaml").read_text() == mine and not (tmp_path / "params.before-profile.yaml").exists()
