@@ -1,22 +1,22 @@
 """Does averaging more of the last ST checkpoints shrink the seed spread or the local - baseline gap?
 
 fairseq's MuST-C recipe averages the last 10 checkpoints (profiles/paper.yaml: average_last 10); the
-demo averages the last 2 snapshots, 30 updates apart (train_st.save_every 60 with 270 updates, so
-updates 240 and 270). This script decodes tst-COMMON with the average of the last k snapshots, for
+demo averages the last 5 snapshots, 20 updates apart (train_st.save_every 20 with 720 updates, so
+updates 640-720). This script decodes tst-COMMON with the average of the last k snapshots, for
 each k, for the baseline and the local model of every seed of one pair, and prints / writes BLEU per
 seed, mean ± std over seeds, the mean gap and the seeds where sacreBLEU's paired bootstrap finds
 p < 0.05 (the pipeline's report uses the same test, lib/decode/metrics.py).
 
-The runs must have kept their snapshots: train them with snapshots every 30 updates, all kept,
-without touching anything else (the local runs keep the committed windows and forked ASR models;
-`-s` stops DVC from re-running the stages upstream of them), then run this script:
+The runs must have kept their snapshots: train them again keeping more of them, without touching
+anything else (the local runs keep the committed windows and ASR models; `-s` stops DVC from
+re-running the stages upstream of them), then run this script:
 
-    # in a clone holding the default's outputs (`dvc checkout`), with params.yaml's train_st set to
-    # save_every: 30 and average_last: 9 (snapshots 30, 60, ..., 270 all kept):
+    # in a clone holding the default's outputs (`dvc checkout`), with params.yaml's
+    # train_st.average_last set to 10 (snapshots 540, 560, ..., 720 kept; save_every stays 20):
     for s in 1 2 3 4 5; do dvc repro -s train_baseline@en-it-$s train_local@en-it-$s; done
-    python scripts/checkpoint_averaging.py en-it --ks 1 2 3 4
+    python scripts/checkpoint_averaging.py en-it --ks 1 2 5 10 --check-k 5
 
-Saving snapshots does not change the training trajectory: k = 2 (updates 240 and 270) reproduces
+Keeping snapshots does not change the training trajectory: k = 5 (updates 640-720) reproduces
 the default's BLEU per seed exactly, which the script checks against the committed (git HEAD)
 metrics/<system>/<pair>/seed<n>.json when ``--check-k`` names that k.
 """
@@ -61,9 +61,9 @@ def snapshots(run: Path, save_every: int, max_updates: int, k: int) -> list[Path
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pair")
-    ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4])
+    ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 5, 10])
     ap.add_argument("--check-k", type=int, default=None,
-                    help="the k that equals the committed default (2 with snapshots every 30 updates): "
+                    help="the k that equals the committed default (train_st.average_last, 5): "
                          "fail unless its BLEU per seed equals git HEAD's metrics/<system>/<pair>/seed<n>.json")
     ap.add_argument("--out", type=Path, default=None, help="also write the table (markdown) and the raw JSON here")
     args = ap.parse_args()
