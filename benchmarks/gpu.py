@@ -19,6 +19,8 @@ One run, side by side, one JSON line per figure on stdout (docs/gpu.md, "Measure
    loop before this change), ``accumulated`` (8 batches, read once per update) and ``folded`` (one batch
    of the 480 utterances sorted by length), bf16 and fp32, with the peak GPU memory of the update;
    ``ratio`` = time / accumulated_synced's.
+   ``fp32_tf32``: the ``update`` figure once more in fp32 with TF32 matmuls and convolutions, as an fp32
+   training run on a card computes (lib/train/run.py); measured last, after the short run.
    ``update_mix``: the same update on a MuST-C-like length mix (log-normal utterance lengths, 50-3000
    frames, 40k-frame batches as the loop builds them), its 8 batches grouped as the loop groups them
    (``update_grouping`` length, the default, or shuffled), bf16: accumulated and folded, with the
@@ -36,6 +38,7 @@ Usage:  python benchmarks/gpu.py [--reps 10] [--budget 220] [--cpu-smoke]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -60,6 +63,9 @@ from lib.train.loop import FoldPolicy, RunState, _forward_backward, _read_parts,
 from lib.train.objectives import learning_rate  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+# The update figures' precisions: autocast to bf16, or fp32 ("fp32_tf32": with TF32 matmuls and convolutions,
+# as lib/train/run.py sets them for an fp32 run on a card; plain "fp32" leaves matmuls in full fp32).
+UPDATE_PRECISIONS = ("bf16", "fp32", "fp32_tf32")
 START = time.perf_counter()
 
 
@@ -268,11 +274,26 @@ def update_model(size: str, vocab: int, device: torch.device):
     return model, crit, make_optimizer(model, TrainConfig())
 
 
+@contextlib.contextmanager
+def tf32(enabled: bool):
+    """TF32 for CUDA matmuls and convolutions inside the block (as lib/train/run.py sets them for an fp32
+    run); the flags as they were afterwards."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    if enabled:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
 def time_update_modes(args, device: torch.device, model, crit, opt, updates: list[list[Batch]], name: str,
                       figure: str, reps: int, warmup: int, fields: dict, skip_fields: dict) -> bool:
     """One ``figure`` line per mode (accumulated_synced, accumulated, folded) in precision ``name``, each
     timing ``updates`` in turn from the first; ``ratio`` = time / accumulated_synced's. False when the
     time budget ran out (the caller stops)."""
+    if name not in UPDATE_PRECISIONS:
+        raise ValueError(f"update precision {name!r}: one of {UPDATE_PRECISIONS}")
     amp = "bf16" if name == "bf16" else "none"
     base_ms = None
     for mode in ("accumulated_synced", "accumulated", "folded"):
@@ -283,8 +304,9 @@ def time_update_modes(args, device: torch.device, model, crit, opt, updates: lis
             torch.cuda.reset_peak_memory_stats(device)
         turn = iter(range(10**9))
         try:
-            ms = timed(lambda: run_update(crit, opt, model, updates[next(turn) % len(updates)], device, amp, mode),
-                       device, reps, warmup=warmup)
+            with tf32(name == "fp32_tf32"):
+                ms = timed(lambda: run_update(crit, opt, model, updates[next(turn) % len(updates)], device, amp, mode),
+                           device, reps, warmup=warmup)
         except torch.cuda.OutOfMemoryError as e:
             opt.zero_grad(set_to_none=True)
             emit(figure=figure, **skip_fields, dtype=name, mode=mode, skipped=f"out of memory: {str(e).splitlines()[0]}")
@@ -402,6 +424,7 @@ def main() -> int:
         update_figures(args, device, "tiny", k=2, b=3, frames=80, vocab=50, dtypes=("fp32",))
         mix_figures(args, device, "tiny", k=2, max_frames=600, vocab=50, n_utts=40, dtypes=("fp32",))
         training_figure(args, device, "tiny", k=2, b=3, frames=80, vocab=50, updates=6)
+        update_figures(args, device, "tiny", k=2, b=3, frames=80, vocab=50, dtypes=("fp32_tf32",))
         return 0
     if not torch.cuda.is_available():
         print("benchmarks/gpu.py: no CUDA device here; nothing measured (run it on a GPU machine, or "
@@ -417,6 +440,8 @@ def main() -> int:
     update_figures(args, device, "s", k=8, b=60, frames=650, vocab=8000, dtypes=("bf16", "fp32"))
     mix_figures(args, device, "s", k=8, max_frames=40000, vocab=8000, n_utts=6000, dtypes=("bf16",))
     training_figure(args, device, "s", k=8, b=60, frames=650, vocab=8000, updates=30)
+    # fp32 as a training run on a card computes it (TF32), last: the figures above come first
+    update_figures(args, device, "s", k=8, b=60, frames=650, vocab=8000, dtypes=("fp32_tf32",))
     emit(figure="done", seconds=round(time.perf_counter() - START, 1))
     return 0
 

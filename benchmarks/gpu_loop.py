@@ -24,9 +24,10 @@ One JSON line per mode: ``ms_per_update`` (median over the timed updates; an upd
 between the starts of two updates, so it holds the batches' collation where it is not hidden, the
 forward and backward, the once-per-update reads and the optimizer), ``ratio`` = ms /
 ``accumulated_serial``'s, the frames per update and the last logged loss. With ``--sync-check``
-(CUDA only) a last run of ``auto`` under ``torch.cuda.set_sync_debug_mode("warn")`` counts the
-synchronising calls per update and names where they come from (``loop_syncs``): by design once
-per update (the loss parts, the gradient norm), never per batch or per utterance.
+(CUDA only) a first run of ``auto``, before the timed modes (so that a run cut short by a time limit
+still has it), under ``torch.cuda.set_sync_debug_mode("warn")`` counts the synchronising calls per
+update and names where they come from (``loop_syncs``): by design once per update (the loss parts,
+the gradient norm), never per batch or per utterance.
 
 Usage:  python benchmarks/gpu_loop.py [--updates 10] [--warmup 3] [--utterances 4000] [--vocab 8000]
                                       [--sync-check] [--data DIR] [--cpu-smoke]
@@ -148,7 +149,19 @@ def run_mode(mode: str, data: Path, out: Path, device: torch.device, size: str, 
     return {"starts": starts, "syncs": syncs, "summary": summary, "vocab": train_ds.vocab_size}
 
 
+def sync_figure(args, device: torch.device, size: str, cfg: TrainConfig, amp: str, data: Path, out: Path) -> None:
+    """``loop_syncs``: an ``auto`` run under ``set_sync_debug_mode("warn")``, its synchronising calls counted
+    per update after ``args.warmup`` updates, with their most frequent source lines."""
+    r = run_mode("auto", data, out / "sync", device, size, cfg, amp, sync_check=True)
+    per_update = [len(s) for s in r["syncs"]][args.warmup:]
+    sites = Counter(f"{Path(w.filename).name}:{w.lineno}" for s in r["syncs"][args.warmup:] for w in s)
+    emit(figure="loop_syncs", mode="auto", dtype=amp, update_freq=cfg.update_freq, per_update=per_update,
+         most_per_update=max(per_update, default=0), sites=dict(sites.most_common(12)))
+
+
 def figures(args, device: torch.device, size: str, cfg: TrainConfig, amp: str, data: Path, out: Path) -> None:
+    if args.sync_check and device.type == "cuda":  # first: a run cut short by its time limit still has it
+        sync_figure(args, device, size, cfg, amp, data, out)
     base_ms = None
     for mode in MODES:
         r = run_mode(mode, data, out, device, size, cfg, amp)
@@ -160,12 +173,6 @@ def figures(args, device: torch.device, size: str, cfg: TrainConfig, amp: str, d
              vocab=r["vocab"], updates_timed=len(times), ms_per_update=round(ms, 1), ratio=round(ms / base_ms, 3),
              ms_min=round(1000 * min(times), 1), ms_max=round(1000 * max(times), 1),
              dev_loss=round(last.get("dev/loss", float("nan")), 4), train_loss=round(last.get("train/loss", float("nan")), 4))
-    if args.sync_check and device.type == "cuda":
-        r = run_mode("auto", data, out / "sync", device, size, cfg, amp, sync_check=True)
-        per_update = [len(s) for s in r["syncs"]][args.warmup:]
-        sites = Counter(f"{Path(w.filename).name}:{w.lineno}" for s in r["syncs"][args.warmup:] for w in s)
-        emit(figure="loop_syncs", mode="auto", dtype=amp, update_freq=cfg.update_freq, per_update=per_update,
-             most_per_update=max(per_update, default=0), sites=dict(sites.most_common(12)))
 
 
 def main(argv: list[str] | None = None) -> int:

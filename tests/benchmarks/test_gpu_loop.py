@@ -45,3 +45,38 @@ def test_cpu_smoke_trains_every_mode_and_prefetch_changes_no_number(tmp_path: Pa
     # folding trains the same update up to the order of sums (it is not bit-identical)
     assert loops["folded"]["train_loss"] == pytest.approx(loops["accumulated"]["train_loss"], rel=0.05)
     assert (tmp_path / "d" / "train.tsv").is_file()  # --data keeps the corpus
+
+
+def test_sync_figure_counts_the_synchronising_calls_of_each_update(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    """``loop_syncs`` (CUDA only) checked on the CPU: with the sync debug mode a no-op and one sync warning
+    per update raised where the loop reads the loss parts, it counts one per update and names that line."""
+    import warnings
+    from argparse import Namespace
+
+    import torch
+
+    import lib.train.loop as loop
+    from lib.params import TrainConfig
+
+    read_parts = loop._read_parts
+
+    def reading(*args, **kwargs):
+        warnings.warn("called a synchronizing CUDA operation", UserWarning)  # the site named below
+        return read_parts(*args, **kwargs)
+
+    modes = []
+    monkeypatch.setattr(loop, "_read_parts", reading)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    data = tmp_path / "d"
+    gpu_loop.synthetic_prepared(data, 120, 8, 60, scale=0.1)
+    cfg = TrainConfig(max_frames=600, update_freq=2, max_frames_train=300, warmup_updates=10, max_updates=6,
+                      eval_every=6, save_every=6, average_last=1)
+    gpu_loop.sync_figure(Namespace(warmup=1), torch.device("cpu"), "tiny", cfg, "none", data, tmp_path / "runs")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert modes == ["warn", "default"]
+    assert [d["figure"] for d in lines] == ["loop_syncs"]
+    syncs = lines[0]
+    # 6 updates, 5 intervals between their starts, the first 1 dropped as warm-up
+    assert syncs["per_update"] == [1, 1, 1, 1] and syncs["most_per_update"] == 1
+    assert list(syncs["sites"]) == [f"{Path(__file__).name}:{reading.__code__.co_firstlineno + 1}"]

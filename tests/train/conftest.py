@@ -14,16 +14,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import _driver` from the tests
 
-from lib.data.prepare import prepare_pair  # noqa: E402
-from lib.params import PrepareParams  # noqa: E402
-from tests.corpus_factory import default_spec, make_corpus  # noqa: E402
-
 PAIR = "en-de"
 
 
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A prepared en-de folder (shared by all tests/train modules; treat it as read-only)."""
+    # imported here, not at the top: the tests that do not use this fixture (the CUDA twins that
+    # scripts/gpu_check.sh runs among them) then need no soundfile
+    from lib.data.prepare import prepare_pair
+    from lib.params import PrepareParams
+    from tests.corpus_factory import default_spec, make_corpus
+
     root = tmp_path_factory.mktemp("train_data")
     make_corpus(root / "mustc", default_spec(), pair=PAIR)
     out = root / "prepared" / PAIR

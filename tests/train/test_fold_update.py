@@ -4,6 +4,7 @@ sync per batch (_forward_backward, _read_parts); the Criterion below the loop (l
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import math
 import subprocess
@@ -347,6 +348,60 @@ def test_cuda_training_step_has_no_sync_per_batch(fold, ctc_weight):
         torch.cuda.set_sync_debug_mode("default")
     logged = _read_parts(pending, RunState())
     assert math.isfinite(logged["ce"])
+
+
+# Against float64 on the CPU: the losses (relative) and every gradient (absolute, in units of the
+# largest gradient). fp32 on a CPU is within 1e-7 / 1e-6 of it, bf16 autocast within 3e-4 / 7e-3; the
+# bounds leave room for a card's other kernels (cuDNN's CTC, its convolutions, SDPA), not for a wrong
+# length, mask or scale, which moves the CTC or CE term by a percent or more.
+TOLERANCE = {"none": (1e-5, 1e-4), "bf16": (5e-3, 5e-2)}
+
+
+def _update_on(model, device, amp, ctc_weight, fold, dtype=torch.float32):
+    """One update (the three _batches(), folded or not) of a copy of ``model`` (eval: no dropout) on
+    ``device`` in ``dtype`` with ``amp``: the logged parts, and every gradient as float64 on the CPU.
+    The batches are drawn in float64 and cast, so every precision sees the same inputs."""
+    model = copy.deepcopy(model).to(device=device, dtype=dtype).eval()
+    crit = Criterion(model, 0.1, ctc_weight)
+    crit.host_parts = False
+    batches = [dataclasses.replace(b, feats=b.feats.to(dtype)) for b in _batches(torch.float64)]
+    tokens = torch.tensor(float(sum(b.n_target_tokens for b in batches)), dtype=dtype).to(device)
+    steps = [merge_batches(batches)] if fold else batches
+    policy = FoldPolicy("on" if fold else "off", device, len(batches))
+    scaler = torch.amp.GradScaler(device.type, enabled=False)
+    logged = _read_parts(_forward_backward(crit, steps, tokens, 1, device, amp, scaler, policy), RunState())
+    return logged, {n: p.grad.detach().to("cpu", torch.float64) for n, p in model.named_parameters()
+                    if p.grad is not None}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("amp", ["none", "bf16"])
+@pytest.mark.parametrize("fold", [False, True])
+@pytest.mark.parametrize("ctc_weight", [0.0, 0.3])
+def test_update_matches_the_cpu_fp64_one(device, amp, fold, ctc_weight):
+    """The update's numbers, not only their finiteness: the CE, NLL and CTC parts and the gradients of
+    an fp32 or bf16-autocast update, accumulated or folded, against the same update in float64 on the
+    CPU. On a card this checks its CTC (lengths from the host counts) and attention paths; TF32 is off
+    for fp32, as an exact reference needs."""
+    cfg = model_config("tiny", vocab_size=11, ctc_vocab_size=11,
+                       encoder_attention=[{"type": "full"}, {"type": "local", "window": 3}])
+    torch.manual_seed(0)
+    model = S2TTransformer(cfg)
+    ref_logged, ref = _update_on(model, torch.device("cpu"), "none", ctc_weight, fold, torch.float64)
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        logged, grads = _update_on(model, torch.device(device), amp, ctc_weight, fold)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    loss_rel, grad_abs = TOLERANCE[amp]
+    assert logged.keys() == ref_logged.keys() == ({"nll", "ce", "ctc"} if ctc_weight else {"nll", "ce"})
+    for k in ref_logged:
+        assert logged[k] == pytest.approx(ref_logged[k], rel=loss_rel), k
+    scale = max(g.abs().max().item() for g in ref.values())
+    assert grads.keys() == ref.keys() and len(ref) > 60 and scale > 0.1
+    for name in ref:
+        torch.testing.assert_close(grads[name], ref[name], atol=grad_abs * scale, rtol=0, msg=name)
 
 
 @CUDA
