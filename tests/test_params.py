@@ -1,6 +1,7 @@
 """params.yaml loading: the repo's file is valid; bad values stop with the key's name."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -302,3 +303,63 @@ def test_demo_pairs_are_the_grammars_and_the_corpus_stages_root() -> None:
     assert corpus["cmd"].split()[-1] == DEMO_MUSTC_ROOT
     assert corpus["outs"] == [f"{DEMO_MUSTC_ROOT}/${{item.pair}}"]
     assert load_params(REPO / "params.yaml").data.mustc_root == DEMO_MUSTC_ROOT
+
+
+@pytest.mark.parametrize("mutate, key", [
+    # each value just past the edge of the range its message states (the values above are far from it)
+    (lambda p: p["train_st"].update(update_freq=3, processes=2),
+     "train_st.update_freq (3) is the whole update's batches, split among train_st.processes (2): it must divide"),
+    (lambda p: p["train_st"].__setitem__("label_smoothing", 1.0),
+     "train_st: lr and clip_norm must be > 0, label_smoothing in [0, 1)"),
+    (lambda p: p["train_asr"].__setitem__("adam_betas", [0.9, 1.0]),
+     "train_asr.adam_betas must be two numbers in [0, 1)"),
+    (lambda p: p["train_asr"].__setitem__("ctc_decay_from", p["train_asr"]["max_updates"]),
+     "train_asr.ctc_decay_from must be 0 (off) or, with ctc_weight > 0, in (0, max_updates = "),
+    (lambda p: p["train_st"].__setitem__("warmup_init_lr", 2 * p["train_st"]["lr"]),
+     "train_st.warmup_init_lr must be in [0, lr = "),
+    (lambda p: p["train_st"].__setitem__("max_frames_train", 0), "train_st.max_frames_train must be >= 1, got 0"),
+    (lambda p: p["train_st"].__setitem__("pad_frames_to", "none"),
+     "train_st.pad_frames_to must be an integer >= 1 or 'auto'"),
+    (lambda p: p["train_st"].__setitem__("lr", True), "train_st.lr: expected a number, got True"),
+    (lambda p: p["corpus"].__setitem__("noise_level", 0.1), "corpus.noise_level: expected 0 <= value < 0.1, got 0.1"),
+    (lambda p: p["prepare"].__setitem__("splits", ["train", "dev", "dev"]), "prepare.splits: duplicates"),
+    (lambda p: p["analysis"].__setitem__("figure_sample", p["analysis"]["samples"]),
+     "analysis.figure_sample: must be < samples"),
+    (lambda p: p["analysis"].__setitem__("threshold", 0.0), "analysis.threshold: expected 0 < t < 1"),
+    (lambda p: p["analysis"].__setitem__("ddof", 2), "analysis.ddof: expected 0 (population std) or 1 (sample std)"),
+    (lambda p: p["parallel"].__setitem__("jobs", 0), "parallel.jobs: expected an integer >= 1 or 'auto', got 0"),
+    (lambda p: p["model"]["overrides"].__setitem__("dropout", 1.0),
+     "model.overrides.dropout: must be in [0, 1), got 1.0"),
+    (lambda p: p["health"].__setitem__("head_threshold", 0.0), "health.head_threshold: must be > 0, got 0.0"),
+    (lambda p: p["data"].__setitem__("prepared_dir", "~/prepared"),
+     "data.prepared_dir: must be a relative path inside the repository, got '~/prepared'"),
+    (lambda p: p.__setitem__("pairs", ["en-de"]) or p["multi"].__setitem__("systems", ["baseline"]),
+     "multi.systems: a multilingual model needs at least two pairs, got pairs ['en-de']"),
+    (lambda p: p["multi"].update(systems=["baseline"], asr_init="en-fr"), "multi.asr_init: 'en-fr' is not in pairs"),
+    (lambda p: p["multi"].__setitem__("vocab_size", 7), "multi.vocab_size: must be >= 8, got 7"),
+    (lambda p: p["multi"]["head_selection"].__setitem__("anneal_updates", 0),
+     "multi.head_selection.anneal_updates: must be >= 1 or null"),
+    (lambda p: p["multi"]["head_selection"].__setitem__("apply_to", []),
+     "multi.head_selection.apply_to: expected a non-empty subset"),
+])
+def test_a_value_just_outside_its_stated_range_names_the_key(tmp_path: Path, mutate, key: str) -> None:
+    with pytest.raises(ParamError, match=re.escape(key)):
+        load_params(_write(tmp_path, mutate))
+
+
+@pytest.mark.parametrize("section, key, value", [
+    # the inclusive edges of the same ranges load, and load as written
+    ("train_st", "label_smoothing", 0.0), ("train_st", "warmup_init_lr", 1.5e-3), ("train_st", "max_frames_train", 1),
+    ("train_st", "specaug_time_p", 1.0), ("corpus", "noise_level", 0.0), ("analysis", "figure_sample", 99),
+    ("analysis", "ddof", 1), ("decode", "final_checkpoint", "last"), ("decode", "final_checkpoint", "best"),
+    ("parallel", "jobs", 1), ("multi", "vocab_size", 8),
+])
+def test_a_value_at_the_edge_of_its_stated_range_loads(tmp_path: Path, section: str, key: str, value) -> None:
+    def mutate(p: dict) -> None:
+        p[section][key] = value
+        if key == "figure_sample":
+            p["analysis"]["samples"] = 100
+        if key == "warmup_init_lr":  # equal to the lr
+            p["train_st"]["lr"] = value
+
+    assert getattr(getattr(load_params(_write(tmp_path, mutate)), section), key) == value

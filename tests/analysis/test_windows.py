@@ -326,3 +326,30 @@ def test_select_window_default_patience_is_the_ceiling_of_n_over_10():
     assert select_window(c, patience=2) == 4
     assert select_window(c, patience_rounding="round") == 0
     assert select_window(c, patience_rounding="floor") == 0
+
+
+def test_window_table_sample_std_applies_to_sigma_and_the_cl_std():
+    n = 20
+    local = toeplitz(n, {0: 0.6, 1: 0.1, -1: 0.1, 2: 0.05, -2: 0.05})
+    local = local / local.sum(1, keepdim=True)
+    uniform = torch.full((n, n), 1.0 / n, dtype=torch.float64)
+    rows = window_table([[2, 0]], [[diagonality_curve(local), diagonality_curve(uniform)]], ddof=1)
+    # μ 1, σ = √2 (sample std): ⌈2.41⌉ = 3; CL std over two sentences = |a − b| / √2
+    assert rows[0]["sigma"] == pytest.approx(math.sqrt(2)) and rows[0]["window"] == 3
+    cls = [contribution_loss(local, 3), contribution_loss(uniform, 3)]
+    assert rows[0]["cl_std"] == pytest.approx(abs(cls[0] - cls[1]) / math.sqrt(2))
+
+
+def test_window_from_lengths_needs_more_lengths_than_ddof():
+    assert window_from_lengths([4], ddof=0) == {"mu": 4.0, "sigma": 0.0, "window": 5}
+    with pytest.raises(ValueError, match="need more than ddof=1 lengths, got 1"):
+        window_from_lengths([4], ddof=1)
+
+
+def test_floor_patience_is_not_pushed_down_by_float_noise():
+    """0.29 · 100 = 28.999999999999996 in floats: the floor is 29 consecutive failures, not 28. Offsets
+    2..29 fail (28 of them) and offset 30 passes, so patience 29 reaches it and 28 stops before it."""
+    c = toeplitz(100, {0: 0.5, 1: 0.2, 30: 0.05})
+    assert 0.29 * 100 < 29
+    assert select_window(c, normalize_rows=False, patience_fraction=0.29, patience_rounding="floor") == 60
+    assert select_window(c, normalize_rows=False, patience=28) == 2

@@ -134,3 +134,28 @@ def test_spec_augment_edge_cases() -> None:
     tiny = torch.randn(1, 80)  # max time width floor(1 * p) = 1 -> t in [0, 1) -> no time mask
     out = spec_augment(tiny, gen, freq_mask_N=0)
     assert torch.equal(out, tiny)
+
+
+@pytest.mark.parametrize("T, p", [(57, 0.1), (25, 0.1)])
+def test_time_mask_cap_rounds_the_share_down(T: int, p: float) -> None:
+    """The time mask's width is drawn from [0, floor(p * T)): 5.7 -> at most 4 rows, 2.5 -> at most 1."""
+    x = torch.arange(T * 80, dtype=torch.float32).reshape(T, 80) + 1.0
+    gen = torch.Generator().manual_seed(0)
+    widths = set()
+    for _ in range(300):
+        _, rows = _masked(spec_augment(x, gen, freq_mask_N=0, time_mask_p=p, mask_value=0.0), 0.0)
+        widths.add(len(rows))
+    assert widths == set(range(math.floor(T * p)))
+
+
+def test_frequency_mask_applies_when_the_bins_equal_f() -> None:
+    """fairseq skips SpecAugment only for fewer bins than F: 27 bins with F = 27 are masked."""
+    x = torch.arange(40 * 27, dtype=torch.float32).reshape(40, 27) + 1.0
+    masked = []
+    for seed in range(6):
+        out = spec_augment(x, torch.Generator().manual_seed(seed), time_mask_N=0, mask_value=0.0)
+        (f0, f), _ = _expected_masks(torch.Generator().manual_seed(seed), 40, 27, 27, 100, 1.0)
+        cols, rows = _masked(out, 0.0)
+        assert list(cols) == list(range(f0, f0 + f)) and len(rows) == 0
+        masked.append(f)
+    assert max(masked) > 0

@@ -247,3 +247,51 @@ def test_non_utf8_yaml_is_one_line_naming_the_line(tiny_corpus: Path) -> None:
     y.write_bytes(b"\n".join(lines))
     msg = _err(read_split, tiny_corpus, "en-de", "train")
     assert "\n" not in msg and "train.yaml:3: invalid YAML: line 3: " in msg and "#xfc" in msg, msg
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_segment(tiny_corpus: Path, spec_factory) -> None:
+    first = spec_factory()["train"][0][0]
+    for lang in ("en", "de"):
+        p = txt(tiny_corpus) / f"train.{lang}"
+        p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes())
+    seg = read_split(tiny_corpus, "en-de", "train")[0]
+    assert (seg.src_text, seg.tgt_text) == (first["src"], first["tgt"])
+
+
+@pytest.mark.parametrize("old_key, new, expect", [
+    ("offset", "offset: .inf", "entry 1: offset must be a finite number >= 0, got inf"),
+    ("offset", "offset: .nan", "entry 1: offset must be a finite number >= 0, got nan"),
+    ("duration", "duration: .inf", "entry 1: duration must be a finite number > 0, got inf"),
+    ("duration", "duration: true", "entry 1: duration must be int or float, got bool True"),
+    ("offset", "offset: false", "entry 1: offset must be int or float, got bool False"),
+])
+def test_non_finite_or_boolean_times_are_refused(tiny_corpus: Path, spec_factory, old_key: str, new: str,
+                                                 expect: str) -> None:
+    seg = spec_factory()["train"][0][1]
+    _edit_yaml(tiny_corpus, 1, f"{old_key}: {seg[old_key]:.6f}", new)
+    msg = _err(read_split, tiny_corpus, "en-de", "train")
+    assert "train.yaml" in msg and expect in msg, msg
+
+
+@pytest.mark.parametrize("wav", ["../wav/ted_1.wav", "wav/ted_1.wav"])
+def test_a_wav_with_a_folder_part_is_refused(tiny_corpus: Path, wav: str) -> None:
+    (wavdir(tiny_corpus) / "wav").mkdir()
+    (wavdir(tiny_corpus) / "wav" / "ted_1.wav").write_bytes((wavdir(tiny_corpus) / "ted_1.wav").read_bytes())
+    _edit_yaml(tiny_corpus, 2, "wav: ted_1.wav", f"wav: {wav}")
+    msg = _err(read_split, tiny_corpus, "en-de", "train")
+    assert f"entry 2: wav must be a plain file name, got '{wav}'" in msg
+
+
+def test_check_layout_names_a_missing_wav_folder_or_text_file(tiny_corpus: Path) -> None:
+    import shutil
+
+    from lib.data.mustc import MustcV1Reader
+
+    reader = MustcV1Reader(tiny_corpus, "en-de")
+    reader.check_layout(["train", "dev", "tst-COMMON"])  # the whole tiny corpus: nothing missing
+    shutil.rmtree(wavdir(tiny_corpus, "dev"))
+    msg = _err(reader.check_layout, ["train", "dev"])
+    assert msg == f"{wavdir(tiny_corpus, 'dev')}: the talks' folder of split 'dev' is missing"
+    (txt(tiny_corpus) / "train.de").unlink()
+    msg = _err(reader.check_layout, ["train"])
+    assert msg == f"{txt(tiny_corpus) / 'train.de'}: missing; {txt(tiny_corpus)} holds train.en, train.yaml"

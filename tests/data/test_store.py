@@ -103,3 +103,31 @@ def test_writer_reserves_space_and_names_the_file_when_the_disk_is_full(tmp_path
     with pytest.raises(store.InsufficientSpaceError, match=r"x\.fbank\.npy: no space left to reserve"):
         store.FeatureStoreWriter(tmp_path / "x.fbank.npy", 1000, 80)
     assert calls and calls[0] >= 1000 * 80 * 4
+
+
+def test_a_negative_frame_count_is_malformed(tmp_path: Path) -> None:
+    with FeatureStoreWriter(tmp_path / "s.npy", 4) as w:
+        w.write(np.ones((4, 80), np.float32))
+    for ref in ("s.npy:0:-1", "s.npy:2:-2"):  # would slice rows [0, 3) / [2, 0) of the map
+        with pytest.raises(ValueError, match="malformed"):
+            read_features(tmp_path, ref)
+
+
+def test_free_space_margin_is_the_larger_of_64_mib_and_one_percent() -> None:
+    from lib.data.store import InsufficientSpaceError, check_free_space
+
+    mib = 1024**2
+    check_free_space(1_000, Path("/f"), free=1_000 + 64 * mib)  # the fixed part of the margin, exactly
+    with pytest.raises(InsufficientSpaceError, match=r"plus a 67\.1 MB safety margin"):
+        check_free_space(1_000, Path("/f"), free=1_000 + 64 * mib - 1)
+    needed = 10 * 10**9  # 1 % = 100 MB, more than 64 MiB
+    check_free_space(needed, Path("/f"), free=needed + 10**8)
+    with pytest.raises(InsufficientSpaceError, match=r"plus a 100\.0 MB safety margin"):
+        check_free_space(needed, Path("/f"), free=needed + 10**8 - 1)
+
+
+def test_human_bytes_steps_at_every_thousand() -> None:
+    from lib.data.store import human_bytes
+
+    assert [human_bytes(n) for n in (999, 1000, 1010, 999_499, 1_010_000_000, 2.5e12, 3e15)] == \
+        ["999 B", "1.0 kB", "1.0 kB", "999.5 kB", "1.0 GB", "2.5 TB", "3000.0 TB"]

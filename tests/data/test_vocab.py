@@ -50,3 +50,18 @@ def test_errors(tmp_path: Path) -> None:
     (tmp_path / "junk.model").write_bytes(b"not a model")
     with pytest.raises(ValueError, match="junk.model"):
         load_sentencepiece(tmp_path / "junk.model")
+
+
+def test_a_model_with_other_special_ids_is_refused(tmp_path: Path) -> None:
+    """SentencePiece's own defaults (unk 0, bos 1, eos 2, no pad) are not fairseq's dictionary."""
+    import io
+
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(SENTENCES), model_writer=buf, vocab_size=60,
+                                   hard_vocab_limit=False, minloglevel=2, num_threads=1)
+    (tmp_path / "default.model").write_bytes(buf.getvalue())
+    with pytest.raises(ValueError, match=r"default\.model: special ids \(bos, pad, eos, unk\) = \(1, -1, 2, 0\), "
+                                         r"expected \(0, 1, 2, 3\)"):
+        load_sentencepiece(tmp_path / "default.model")

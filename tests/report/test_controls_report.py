@@ -184,3 +184,52 @@ def test_an_archived_report_copies_its_experiments_figures_and_links_them_beside
     assert "![band test en-it seed 1](band_test_en-it_seed1.png)" in md and "plots/health" not in md
     assert (out / "band_test_en-it_seed1.png").read_bytes() == b"\x89PNG fake en-it"
     assert sorted(f.name for f in figures.copied) == ["band_test_en-de_seed1.png", "band_test_en-it_seed1.png"]
+
+
+def test_controls_section_rows_and_summary_by_hand() -> None:
+    """controls_section on hand-made scores (no files): the local row's Δ is local − baseline, each control's
+    summary keys are its Δ against the baseline and against local, from the same seeds."""
+    import dataclasses
+
+    from lib.params import ControlsParams
+    from lib.report.controls import ControlRun, controls_section
+    from lib.report.tables import SystemScores
+
+    p = load_params(rf.REPO / "params.yaml")
+    p = dataclasses.replace(p, pairs=["en-de"], seeds=[1, 2, 3], controls=ControlsParams(systems=["local_uniform"]))
+    base = SystemScores("en-de", "baseline", [1, 2, 3], [20.0, 21.0, 22.0], [40.0, 41.0, 42.0])
+    local = SystemScores("en-de", "local", [1, 2, 3], [21.0, 21.0, 24.0], [41.0, 41.0, 44.0])
+    uniform = SystemScores("en-de", "local_uniform", [1, 2, 3], [19.0, 20.0, 21.0], [39.0, 40.0, 41.0])
+    run = ControlRun(uniform, [5, 5, 5], [1, 3, 5], [0.01, 0.2, 0.04], [0.3, 0.03, 0.5])
+    sig = {"en-de": [{"p_value": 0.01}, {"p_value": 0.2}, {"p_value": 0.04}]}
+    md, flat = controls_section(rf.REPO, p, [base, local], {"en-de": [run]}, sig)
+    # local − baseline = +1, 0, +2: mean +1.00, t(2) · 1 / √3 = 2.48
+    assert "| local (Algorithm 1) | 1 3 5 (ρ +1.00) | 22.00 ± 1.73 | +1.00 [-1.48, +3.48] | 2 of 3 | | |" in md
+    # control − baseline = -1, -1, -1 (no spread); control − local = -2, -1, -3: -2.00 ± 2.48
+    assert "| local_uniform | 5 5 5 (one width: ρ undefined) | 20.00 ± 1.00 | -1.00 [-1.00, -1.00] | 2 of 3 | " \
+           "-2.00 [-4.48, +0.48] | 1 of 3 |" in md
+    assert flat == {"en-de/local_uniform/delta_vs_baseline": -1.0, "en-de/local_uniform/delta_vs_local": -2.0,
+                    "en-de/local_uniform/delta_vs_baseline_ci95": 0.0, "en-de/local_uniform/delta_vs_local_ci95": 2.48}
+    assert ("- en-de: `local_uniform` matches Algorithm 1's windows within the seed spread: -2.00 [-4.48, +0.48] "
+            "BLEU") in md
+
+
+def test_windows_cell_of_one_layer_and_of_one_width() -> None:
+    from lib.report.controls import _windows_cell
+
+    assert _windows_cell([5]) == "5"  # one local layer: no ρ, and not "one width" either
+    assert _windows_cell([7, 7, 7]) == "7 7 7 (one width: ρ undefined)"
+    assert _windows_cell([3, 1, 5]) == "3 1 5 (ρ +0.50)"
+
+
+def test_band_section_counts_a_tie_as_not_more_accurate_and_keeps_the_three_headline_gaps(tmp_path: Path) -> None:
+    for seed, uniform in ((1, 54.0), (2, 57.0)):  # seed 1: uniform ties Algorithm 1 (54); seed 2: above it
+        acc = {"full": 60.0, "w1": 40.0, "w3": 50.0, "w21": 59.0, "alg1": 54.0, "uniform": uniform, "shuffled": 52.0}
+        path = band_test_metrics(tmp_path, "en-de", seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(_band_result("en-de", seed, acc)))
+    md, flat = band_section(tmp_path, ["en-de"], [1, 2])
+    assert "The uniform (rounded mean) control is more accurate than Algorithm 1's windows on 1 of 2 baselines" in md
+    # gaps: alg1 (54 - 40) / 20 = 70 %; uniform 70 %, 85 %; shuffled 60 %
+    assert flat == {"en-de/band_test/alg1/gap_recovered": 0.7, "en-de/band_test/uniform/gap_recovered": 0.775,
+                    "en-de/band_test/shuffled/gap_recovered": 0.6}

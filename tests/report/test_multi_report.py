@@ -96,3 +96,39 @@ def test_chance_levels_of_the_default_group_setting() -> None:
         {"de es it": 0.25, "de es | it": 0.25, "de it | es": 0.25, "es it | de": 0.25})
     with pytest.raises(ValueError, match="strategy"):
         chance_sharing_agreement(4, 8, 3, "baseline")
+
+
+def test_multi_section_deltas_and_bilingual_reference_from_the_files(tmp_path) -> None:  # noqa: ANN001
+    """multi_section on hand-made run outputs: Δ avg BLEU is the system minus the multilingual baseline of
+    the same seed, and the bilingual reference row averages only the seeds the multilingual runs used."""
+    import json
+
+    from lib.layout import RunPaths
+    from lib.params import MultiParams
+    from lib.report.multi import multi_section
+
+    pairs = ["en-de", "en-es"]
+    avg = {("baseline", 1): 10.0, ("baseline", 2): 12.0, ("baseline_h8", 1): 11.0, ("baseline_h8", 2): 15.0}
+    for (system, seed), a in avg.items():
+        run = RunPaths(tmp_path, "multi", None, seed, variant=system)
+        run.metrics.parent.mkdir(parents=True, exist_ok=True)
+        run.metrics.write_text(json.dumps({"en-de": {"bleu": a - 1}, "en-es": {"bleu": a + 1}, "avg_bleu": a,
+                                           "avg_chrf": a + 20, "params": 1000, "updates": 30}))
+        run.decoded.mkdir(parents=True, exist_ok=True)
+        (run.decoded / "timing.json").write_text(json.dumps({"decode_sents_per_s": 4.0 * seed}))
+    for pair, bleus in (("en-de", (20.0, 22.0, 60.0)), ("en-es", (30.0, 31.0, 90.0))):
+        for seed, b in enumerate(bleus, start=1):
+            path = RunPaths(tmp_path, "baseline", pair, seed).metrics
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"bleu": b}))
+    md, flat = multi_section(tmp_path, MultiParams(systems=["baseline", "baseline_h8"], seeds=[1, 2]), pairs, [1, 2, 3])
+    # per seed +1, +3: mean +2.00, t(1) · 1.414 / √2 = 12.71
+    assert flat["multi/baseline_h8/delta_avg_bleu"] == 2.0 and flat["multi/baseline_h8/delta_avg_bleu_ci95"] == 12.71
+    assert flat["multi/baseline_h8/avg_bleu"] == 13.0 and flat["multi/baseline_h8/avg_bleu_std"] == 2.83
+    assert flat["multi/baseline_h8/en-es/bleu"] == 14.0 and flat["multi/baseline/avg_chrf"] == 31.0
+    assert "multi/baseline/delta_avg_bleu" not in flat
+    row = next(line for line in md.splitlines() if line.startswith("| baseline_h8 "))
+    assert row == ("| baseline_h8 (H' heads, no selection) | 12.00 ± 2.83 | 14.00 ± 2.83 | 13.00 ± 2.83 | 33.00 | "
+                   "+2.00 [-10.71, +14.71] | +0.5 | 1,000 | 6.0 | – | – |")
+    # seeds 1 and 2 of the bilingual baselines (seed 3 trained no multilingual run)
+    assert "| bilingual baselines (reference; one model per pair, same seeds) | 21.00 | 30.50 |" in md

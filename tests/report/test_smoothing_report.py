@@ -114,3 +114,65 @@ def test_learned_movement_of_the_band_and_the_gate() -> None:
     rows = [{"metrics": {"gate_mean": [None, 0.2, 0.3]}}]
     cell, flat = learned_movement({"prior": "prev", "gamma": "predicted", "recursive": True}, rows)
     assert flat == {"gate_mean": 0.25, "gate_start": 0.1} and "start 0.100" in cell
+
+
+def _system(bleu: list[float], definition: dict, diag: list[float], ent: list[float], base_diag: list[float],
+            base_ent: list[float]) -> dict:
+    """One system of :func:`lib.report.smoothing.collect`'s data, without files: per seed its metrics."""
+    stats = attn(diag, ent, base_diag, base_ent)
+    runs = [{"seed": seed, "p_value": 0.5, "metrics": {"bleu": b, "chrf": b + 10, **stats}}
+            for seed, b in enumerate(bleu, start=1)]
+    return {"runs": runs, "definition": definition}
+
+
+ENC = {"prior": "prev", "recursive": True, "gamma": 0.1, "where": ["encoder"]}
+
+
+def test_summary_chrf_is_the_systems_and_q6_needs_both_effects() -> None:
+    """The flat chrF key is the system's mean (not the baseline's); Q6 ('less peaky') agrees only when the
+    smoothed layers' diagonal weight falls *and* their row entropy rises."""
+    from lib.report.smoothing import claims_markdown, table_markdown
+
+    data = {"pair": "en-de", "baseline_bleu": [20.0, 22.0], "baseline_chrf": [40.0, 41.0], "systems": {
+        # layers 2..3 (prev prior): diag 0.25 vs 0.40 falls, entropy 1.50 vs 1.55 falls too
+        "rec": _system([21.0, 25.0], ENC, [0.5, 0.3, 0.2], [1.0, 1.4, 1.6], [0.5, 0.4, 0.4], [1.0, 1.5, 1.6])}}
+    md, flat = table_markdown(data)
+    assert flat["en-de/smooth_rec/chrf"] == 33.0 and flat["en-de/smooth_rec/bleu"] == 23.0
+    assert (flat["en-de/smooth_rec/attn_entropy"], flat["en-de/smooth_rec/baseline_attn_entropy"]) == (1.5, 1.55)
+    q6 = claims_markdown(data, flat).split("| Q6 |")[1].split("\n")[0]
+    assert "`rec` diag 0.2500 vs 0.4000, entropy 1.500 vs 1.550 (disagrees)" in q6
+
+
+def test_q3_compares_rec_pred_all_with_the_best_other_system() -> None:
+    from lib.report.smoothing import claims_markdown, table_markdown
+
+    stats = ([0.5, 0.3, 0.2], [1.0, 2.0, 2.5], [0.5, 0.4, 0.4], [1.0, 1.5, 1.6])
+    every = {**ENC, "where": ["encoder", "decoder_self", "cross"]}
+    data = {"pair": "en-de", "baseline_bleu": [20.0, 22.0], "baseline_chrf": [30.0, 32.0], "systems": {
+        "rec": _system([24.0, 26.0], ENC, *stats), "prev": _system([18.0, 19.0], {**ENC, "recursive": False}, *stats),
+        "rec_pred_all": _system([25.0, 26.0], {**every, "gamma": "predicted"}, *stats)}}
+    _, flat = table_markdown(data)
+    q3 = claims_markdown(data, flat).split("| Q3 |")[1].split("\n")[0]
+    # rec_pred_all - rec = +1, 0 per seed: +0.50 with a t-interval (df 1) of 12.706 * 0.7071 / sqrt(2) = 6.35
+    assert "best other system here: `rec` (25.00); `rec_pred_all` − `rec` = +0.50 [-5.85, +6.85] BLEU" in q3
+
+
+def test_smoothed_layers_of_a_definition_without_the_encoder_are_every_encoder_layer() -> None:
+    from lib.report.smoothing import smoothed_layers
+
+    assert smoothed_layers({"prior": "prev", "recursive": True, "gamma": 0.1, "where": ["cross"]}, 3) == [1, 2, 3]
+    assert smoothed_layers({"prior": "uniform", "gamma": 0.1, "where": ["decoder_self"]}, 4) == [1, 2, 3, 4]
+    assert smoothed_layers(ENC, 3) == [2, 3]  # the prev prior smooths layers 2..L
+
+
+def test_learned_band_cell_reads_the_centre_and_edge_logits() -> None:
+    import math
+
+    from lib.report.smoothing import learned_movement
+
+    band = [-1.0] + [0.0] * 5 + [4.0] + [0.0] * 5 + [-3.0]  # k = 13: centre index 6
+    rows = [{"metrics": {"band_logits": [band, None], "uniform_entropy": math.log(113)}},
+            {"metrics": {"band_logits": [[x + 1.0 for x in band], None], "uniform_entropy": math.log(113)}}]
+    cell, _ = learned_movement({"prior": "band", "k": 13}, rows)
+    # centre (4 + 5) / 2; edges ((-1 - 3) / 2 + (0 - 2) / 2) / 2
+    assert "logit centre +4.50, edges -1.50" in cell and "(k = 13, N = 113)" in cell

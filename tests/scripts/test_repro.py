@@ -175,6 +175,32 @@ def test_simulate_follows_the_scheduling_rules_on_given_durations() -> None:
         repro.simulate(p, {"a": 1.0, "b": 1.0, "c": 1.0}, jobs=2)
 
 
+
+def test_plan_counts_the_stages_downstream_of_each_and_what_each_waits_for(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """repro.plan on a DVC graph (a and b, then c, then d; e on its own): a stage's priority is the
+    number of planned stages that depend on it, not the number it depends on."""
+    root = _project(tmp_path / "p", {"a": _stage("a", []), "b": _stage("b", []),
+                                     "c": _stage("c", ["a.out", "b.out"]), "d": _stage("d", ["c.out"], shares=False),
+                                     "e": _stage("e", [])})
+    monkeypatch.chdir(root)  # as `make repro` runs it: DVC names the stages relative to the project
+    p = repro.plan(root, [], force=True)
+    assert p.order == ["a", "b", "c", "d", "e"]
+    assert p.downstream == {"a": 2, "b": 2, "c": 1, "d": 0, "e": 0}
+    assert p.needs == {"a": set(), "b": set(), "c": {"a", "b"}, "d": {"c"}, "e": set()}
+    assert p.shares == {"a", "b", "c", "e"}
+    assert repro.next_ready(p, set(), set()) == ["a", "b", "e"]
+
+
+@pytest.mark.parametrize("value", ["train_baseline=0", "train_baseline=-1", "=1.5", "train_baseline=soon",
+                                   "train_baseline"])
+def test_estimate_hours_must_be_positive(value: str) -> None:
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match=f"expected GROUP=HOURS .*got '{value}'"):
+        repro._group_hours(value)
+    assert repro._group_hours("train_baseline=1.41") == ("train_baseline", 1.41)
+
 def test_replay_schedules_a_recorded_runs_durations_by_the_current_rules(tmp_path: Path) -> None:
     """`--replay`: nothing runs; the recorded durations (here as if a and b had run one after the
     other) are scheduled by this checkout's rules (a and b side by side)."""

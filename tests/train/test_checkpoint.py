@@ -119,3 +119,23 @@ def test_save_sweeps_a_killed_runs_temporaries_but_not_a_live_ones(tmp_path: Pat
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_forks_average_leaves_out_the_snapshot_at_its_fork_update() -> None:
+    """(start, upto]: the snapshot at the fork update itself is the run it forked from."""
+    assert ckpt.averaged_updates(2, 8, 3, 8, start=4) == [6, 8]
+    assert ckpt.averaged_updates(2, 8, 5, 8, start=4) == [6, 8]
+    assert ckpt.averaged_updates(3, 8, 3, 8, start=6) == [8]
+
+
+def test_canonical_tree_is_an_equal_tree_of_the_same_types_with_interned_strings() -> None:
+    key = "".join(["be", "tas"])  # a string object of its own, as one read back from a file
+    tree = {key: (0.9, 0.98), "groups": [{"params": [0, 1], "lr": 1e-3}], "t": torch.ones(2), 3: None}
+    out = ckpt.canonical_tree(tree)
+    assert type(out[key]) is tuple and out[key] == (0.9, 0.98) and type(out["groups"]) is list
+    assert out["groups"] == tree["groups"] and out[3] is None and out["t"] is tree["t"]
+    assert next(iter(out)) is sys.intern("betas")
+
+
+def test_config_diff_tells_a_number_from_its_string() -> None:
+    assert ckpt.config_diff({"a": 1, "b": {"c": 2.0}}, {"a": "1", "b": {"c": 2}}) == ["a: 1 -> '1'"]

@@ -619,6 +619,34 @@ def test_decide_resume_sets_aside_and_brings_back_every_part(tmp_path: Path) -> 
     assert not list(ckpt_dir.glob("*stale-*")) and not list(ckpt_dir.glob(".*.tmp"))
 
 
+def test_setting_a_state_aside_removes_its_prev_pt(tmp_path: Path) -> None:
+    """prev.pt is the set-aside config's state one save back: it goes with the set-aside, so that a new
+    run's unreadable last.pt cannot fall back to another config's state."""
+    from lib.train.resume import decide_resume
+
+    cfg = _driver.train_config()
+    ckpt_dir, live = tmp_path / "checkpoints", tmp_path / "live"
+    fp_x = _fake_state(ckpt_dir, live, RUN_X, 6, "x")
+    ckpt.save(ckpt_dir / "prev.pt", {"fingerprint": fp_x, "run_state": {"update": 5}})
+    assert decide_resume(ckpt_dir, cfg, RUN_Y, lambda m: None, live_dir=live).state is None
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == [f"stale-{fp_x}"]
+
+
+def test_a_state_whose_config_has_no_process_count_is_set_aside_not_a_process_count_change(tmp_path: Path) -> None:
+    """A last.pt of code that recorded no world_size (same keys otherwise) is another config: set aside,
+    not the process-count stop (which has no count of it to name)."""
+    from lib.train.resume import decide_resume, train_config_dict
+
+    cfg = _driver.train_config()
+    ckpt_dir = tmp_path / "checkpoints"
+    old = {"train": train_config_dict(cfg), "task": "asr", "data": "x"}
+    old_fp = ckpt.fingerprint(old)
+    ckpt.save(ckpt_dir / "last.pt", {"fingerprint": old_fp, "config": old, "run_state": {"update": 3}})
+    logged: list[str] = []
+    assert decide_resume(ckpt_dir, cfg, RUN_X, logged.append).state is None
+    assert "world_size: '<missing>' -> 1" in logged[-1] and f"set it aside in stale-{old_fp}/" in logged[-1]
+
+
 def test_a_changed_run_that_stopped_before_saving_leaves_nothing_in_the_way(tmp_path: Path) -> None:
     """Params changed (X set aside), the changed run stopped before its first save, leaving a snapshot
     folder, a fork state and curves but no last.pt; params changed back: X comes back, the leftovers go."""
