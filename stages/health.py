@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from _common import ROOT, run_stage, stage_params
 
@@ -40,16 +39,13 @@ def main() -> None:
     else:  # the ST baseline that select_windows analyses
         model_path = RunPaths(ROOT, "baseline", args.pair, a.st_seed).model
         producer = f"train_baseline@{args.pair}-{a.st_seed} (analysis.st_seed must be one of the seeds run)"
-    try:
-        result = health_stage(
-            model_path, ROOT / p.data.prepared_dir / args.pair, args.model, args.pair, ap=a, hp=p.health,
-            details_path=layout.health_data(ROOT, args.pair, args.model),
-            metrics_path=layout.health_metrics(ROOT, args.pair, args.model),
-            plot_path=layout.health_plot(ROOT, args.pair, args.model),
-            producer=producer, progress=not args.no_progress,
-            windows_path=layout.windows_json(ROOT, args.pair) if args.model == "st" else None)
-    except FileNotFoundError as e:
-        sys.exit(f"error: {e}")
+    result = health_stage(  # a missing model or input: run_stage's one line
+        model_path, ROOT / p.data.prepared_dir / args.pair, args.model, args.pair, ap=a, hp=p.health,
+        details_path=layout.health_data(ROOT, args.pair, args.model),
+        metrics_path=layout.health_metrics(ROOT, args.pair, args.model),
+        plot_path=layout.health_plot(ROOT, args.pair, args.model),
+        producer=producer, progress=not args.no_progress,
+        windows_path=layout.windows_json(ROOT, args.pair) if args.model == "st" else None)
     print(json.dumps({"summary": result["summary"], "algorithm1_windows": result["algorithm1_windows"]}))
 
 
