@@ -25,6 +25,18 @@ def _module_file(module: str, root: Path) -> Path | None:
     return None
 
 
+def _lazy_names(init: Path) -> dict[str, str]:
+    """A package's ``_LAZY = {name: submodule}``: the names its ``__getattr__`` imports from a submodule on
+    first use (lib/model/attention/__init__.py: the variants'), which a plain reading of ``from package
+    import name`` would not see."""
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) \
+                and any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets):
+            return {k.value: v.value for k, v in zip(node.value.keys, node.value.values)
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+    return {}
+
+
 def _imports(path: Path, root: Path) -> tuple[set[Path], set[str]]:
     """(repository files, top-level third-party module names) imported by ``path``."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -60,8 +72,12 @@ def _imports(path: Path, root: Path) -> tuple[set[Path], set[str]]:
             else:
                 module = node.module or ""
             add_module(module)
+            package = _module_file(module, root)
+            lazy = _lazy_names(package) if package is not None and package.name == "__init__.py" else {}
             for alias in node.names:  # `from lib import layout` imports the module lib/layout.py
                 sub = _module_file(f"{module}.{alias.name}", root)
+                if sub is None and alias.name in lazy:  # a name the package imports from a submodule on use
+                    sub = _module_file(f"{module}.{lazy[alias.name]}", root)
                 if sub is not None:
                     files.add(sub)
     return files, external

@@ -1,6 +1,7 @@
 """params.yaml loading: the repo's file is valid; bad values stop with the key's name."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -294,6 +295,22 @@ def test_a_pair_without_a_demo_corpus_stops_at_load(tmp_path: Path) -> None:
     assert load_params(_write(tmp_path, on_a_copy)).pairs == ["en-de", "en-fr"]
 
 
+def test_the_splits_params_require_are_the_ones_the_runs_read() -> None:
+    from lib.layout import TEST_SPLIT
+    from lib.params import PrepareParams
+    from lib.train.run import RunSpec
+
+    fields = {f.name: f.default for f in dataclasses.fields(RunSpec)}
+    assert PrepareParams.pipeline_splits == (fields["dev_split"], fields["test_split"]) == ("dev", TEST_SPLIT)
+
+
+def test_an_extra_split_such_as_tst_he_loads_and_may_be_analysed(tmp_path: Path) -> None:
+    def mutate(p: dict) -> None:
+        p["prepare"]["splits"] = ["train", "dev", "tst-COMMON", "tst-HE"]
+        p["analysis"]["split"] = "tst-HE"
+    assert load_params(_write(tmp_path, mutate)).analysis.split == "tst-HE"
+
+
 def test_demo_pairs_are_the_grammars_and_the_corpus_stages_root() -> None:
     from lib.corpus.grammar import LANGUAGES
     from lib.params.base import DEMO_MUSTC_ROOT, DEMO_PAIRS
@@ -323,6 +340,11 @@ def test_demo_pairs_are_the_grammars_and_the_corpus_stages_root() -> None:
     (lambda p: p["train_st"].__setitem__("lr", True), "train_st.lr: expected a number, got True"),
     (lambda p: p["corpus"].__setitem__("noise_level", 0.1), "corpus.noise_level: expected 0 <= value < 0.1, got 0.1"),
     (lambda p: p["prepare"].__setitem__("splits", ["train", "dev", "dev"]), "prepare.splits: duplicates"),
+    (lambda p: p["prepare"].__setitem__("splits", ["train", "dev", "test"]), "prepare.splits: must include 'tst-COMMON'"),
+    (lambda p: p["prepare"].__setitem__("splits", ["train", "tst-COMMON"]), "prepare.splits: must include 'dev'"),
+    (lambda p: p["analysis"].__setitem__("split", "tst-HE"), "analysis.split: 'tst-HE' is not in prepare.splits"),
+    (lambda p: p["analysis"].__setitem__("window_split", "test"), "analysis.window_split: 'test' is not in prepare.splits"),
+    (lambda p: p["health"].__setitem__("band_split", "valid"), "health.band_split: 'valid' is not in prepare.splits"),
     (lambda p: p["analysis"].__setitem__("figure_sample", p["analysis"]["samples"]),
      "analysis.figure_sample: must be < samples"),
     (lambda p: p["analysis"].__setitem__("threshold", 0.0), "analysis.threshold: expected 0 < t < 1"),

@@ -126,6 +126,8 @@ def test_exp_run_with_multilingual_head_selection(tiny_repo: Path) -> None:
             assert model["model_config"]["encoder_attention"][0]["type"] == "head_select"
         else:
             assert selection == {"init": {}, "final": {}} and m["selection_changed_fraction"] is None
+            assert [f.name for f in (tiny_repo / "plots/variants/multi/baseline/seed1").iterdir()] == \
+                ["head_sharing_none.png"]
     report = (tiny_repo / "reports/report.md").read_text()
     section = report.split("## Multilingual ST with attention head selection (Gong et al.)")[1]
     assert "| baseline (H heads, tag only) |" in section and "| group (group selection) |" in section
@@ -136,6 +138,10 @@ def test_exp_run_with_multilingual_head_selection(tiny_repo: Path) -> None:
     assert summary["multi/group/en-es/bleu"] == group["en-es"]["bleu"]
     assert "multi/group/delta_avg_bleu" in summary
     assert "Running stage" not in _run(["dvc", "repro"], tiny_repo).stdout
+    shown = json.loads(_run(["dvc", "plots", "show", "--json"], tiny_repo).stdout)  # declared plots, no errors
+    assert not shown.get("errors"), shown.get("errors")
+    for name in ("group/seed1/head_sharing_encoder", "group/seed1/head_sharing_decoder", "baseline/seed1/head_sharing_none"):
+        assert shown["data"][f"plots/variants/multi/{name}.png"][0]["type"] == "image"
 
 
 @pytest.mark.slow

@@ -105,7 +105,7 @@ def probe_talk(path: Path, expected_sample_rate: int = SAMPLE_RATE) -> int:
     try:
         info = sf.info(str(path))
     except (sf.SoundFileError, RuntimeError, OSError) as e:
-        raise CorpusError(f"{path}: cannot read audio file: {e}") from None
+        raise CorpusError(f"{path}: cannot read audio file: {_reason(path, e)}") from None
     _check_format(path, info.samplerate, info.channels, expected_sample_rate)
     return int(info.frames)
 
@@ -135,8 +135,42 @@ def load_talk(path: Path, expected_sample_rate: int = SAMPLE_RATE) -> np.ndarray
     except CorpusError:
         raise
     except (sf.SoundFileError, RuntimeError, OSError) as e:
-        raise CorpusError(f"{path}: cannot read audio file: {e}") from None
+        raise CorpusError(f"{path}: cannot read audio file: {_reason(path, e)}") from None
     return np.ascontiguousarray(data[:, 0])
+
+
+def _reason(path: Path, e: Exception) -> str:
+    """libsndfile's reason without its own ``Error opening '<path>': `` prefix (the line names the file once)."""
+    return str(e).replace(f"Error opening '{path}': ", "")
+
+
+def declared_seconds(path: Path) -> float | None:
+    """Seconds of audio a RIFF/WAVE file's header declares (its ``data`` chunk's size), or None when the file
+    is no plain WAV or the size is a streaming placeholder (0 or 0xFFFFFFFF). soundfile counts only the
+    samples present, so a truncated copy reads as a shorter talk: this tells the two apart in errors."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+                return None
+            rate = block = 0
+            while len(chunk := f.read(8)) == 8:
+                cid, size = chunk[:4], int.from_bytes(chunk[4:], "little")
+                if cid == b"fmt ":
+                    fmt = f.read(size)
+                    if len(fmt) < 14:
+                        return None
+                    rate, block = int.from_bytes(fmt[4:8], "little"), int.from_bytes(fmt[12:14], "little")
+                    f.seek(size % 2, 1)
+                elif cid == b"data":
+                    if not rate or not block or size in (0, 0xFFFFFFFF):
+                        return None
+                    return size // block / rate
+                else:
+                    f.seek(size + size % 2, 1)
+    except OSError:
+        return None
+    return None
 
 
 def segment_bounds(segment: Segment, talk_samples: int, entry_index: int, sample_rate: int,
@@ -151,10 +185,13 @@ def segment_bounds(segment: Segment, talk_samples: int, entry_index: int, sample
     end = round((segment.offset + segment.duration) * sample_rate)
     tolerance = sample_rate // 100  # one 10 ms frame shift
     if end - talk_samples > tolerance:
+        declared = declared_seconds(segment.wav)
+        truncated = (f"; its header declares {declared:.3f} s: a truncated copy? (compare its size with the original)"
+                     if declared is not None and declared - talk_samples / sample_rate > 0.01 else "")
         raise CorpusError(
             f"{listing}: entry {entry_index} ({segment.id}): segment "
             f"[{segment.offset:.3f} s, {segment.offset + segment.duration:.3f} s) runs past the end of "
-            f"{segment.wav} ({talk_samples / sample_rate:.3f} s, {talk_samples} samples)"
+            f"{segment.wav} ({talk_samples / sample_rate:.3f} s, {talk_samples} samples){truncated}"
         )
     end = min(end, talk_samples)
     start = min(start, end)

@@ -112,6 +112,17 @@ class Params:
                 raise ParamError(f"pairs[{i}]: expected a pair like 'en-de', got {pair!r}")
         if len(set(self.pairs)) != len(self.pairs):
             raise ParamError(f"pairs: duplicates in {self.pairs}")
+        for split in self.prepare.pipeline_splits:
+            if split not in self.prepare.splits:
+                # prepare would write the other splits and the first training stage would stop on a missing manifest
+                raise ParamError(f"prepare.splits: must include {split!r}, got {self.prepare.splits} (the training "
+                                 f"stages validate on 'dev' and score on 'tst-COMMON'; a corpus reader reads its own "
+                                 f"test split under the name 'tst-COMMON')")
+        for key, split in (("analysis.split", self.analysis.split), ("analysis.window_split", self.analysis.window_split),
+                           ("health.band_split", self.health.band_split)):
+            if split not in self.prepare.splits:
+                raise ParamError(f"{key}: {split!r} is not in prepare.splits {self.prepare.splits} (prepare writes "
+                                 f"only those)")
         if Path(self.data.mustc_root) == Path(DEMO_MUSTC_ROOT):
             for i, pair in enumerate(self.pairs):
                 if pair not in DEMO_PAIRS:  # else the pipeline would stop at that pair's corpus stage

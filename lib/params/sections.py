@@ -102,6 +102,7 @@ class PrepareParams:
     workers: int = 2
 
     train_split = "train"  # a class constant, not a param
+    pipeline_splits = ("dev", "tst-COMMON")  # read by every training run (lib/train/run.py: dev_split, test_split)
     ALL_KEYS_REQUIRED = True  # the defaults serve code and tests; params.yaml must spell every key
 
     def validate(self, prefix: str = "prepare") -> None:

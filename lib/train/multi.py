@@ -136,6 +136,24 @@ def head_sharing(selected: list[list[list[int]]]) -> list[list[int]]:
     return [[sum(len(set(a) & set(b)) for a, b in zip(selected[t], selected[u])) for u in range(n)] for t in range(n)]
 
 
+def plot_no_selection(out_dir: Path, text: str) -> Path:
+    """The figure of a system without head selection: its text in place of the heatmaps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(3.8, 1.2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9)
+    path, tmp = out_dir / "head_sharing_none.png", out_dir / ".head_sharing_none.tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
 def plot_head_sharing(selections: dict, pairs: list[str], n_heads: int, candidates: int, out_dir: Path,
                       title: str) -> list[Path]:
     """One heatmap per side: heads shared between languages, with the chance level L·H²/H'."""
@@ -308,9 +326,8 @@ class MultilingualTask(RunTask):
         p = self.p
         plot_head_sharing(self.final_selection, self.pairs, model_config(p.model.size, **p.model.overrides).n_heads,
                           p.multi.head_selection.candidates, plots, f"{self.system}, seed {self.paths.seed}: heads shared")
-        if not self.final_selection:  # the plots output must exist
-            plots.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(plots / "README.md", f"{self.system} selects no heads: no head-sharing heatmap.\n")
+        if not self.final_selection:  # the plots output must exist, and hold only images (a DVC plots folder)
+            plot_no_selection(plots, f"{self.system}, seed {self.paths.seed}: selects no heads,\nno head-sharing heatmap")
 
 
 def run_multi(p: Params, root: Path, system: str, seed: int, progress: bool = True) -> dict[str, Any]:

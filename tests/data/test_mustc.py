@@ -146,6 +146,38 @@ def test_segment_past_end_of_wav(tmp_path: Path, corpus_builder, talk_factory) -
     assert "ted_1.wav" in msg and "train.yaml" in msg and "entry 1" in msg
 
 
+def test_a_truncated_wav_is_named_as_truncated(tiny_corpus: Path) -> None:
+    """A copy cut short reads as a shorter talk (soundfile counts the samples present): the error says that
+    the header declares more, so the wav is checked instead of the yaml."""
+    p = wavdir(tiny_corpus) / "ted_1.wav"
+    full = sf.info(str(p)).duration
+    p.write_bytes(p.read_bytes()[: 44 + 2 * int(0.3 * SR)])  # header + 0.3 s of PCM16
+    segs = read_split(tiny_corpus, "en-de", "train")
+    n = probe_talk(p)
+    msg = _err(segment_bounds, segs[1], n, 1)
+    assert msg.count("\n") == 0 and "train.yaml: entry 1" in msg and "ted_1.wav" in msg
+    assert f"its header declares {full:.3f} s: a truncated copy?" in msg
+
+
+def test_a_segment_past_the_end_of_a_whole_wav_is_not_called_truncated(tmp_path: Path, corpus_builder,
+                                                                         talk_factory) -> None:
+    t = talk_factory(2, 0)
+    root = corpus_builder(tmp_path / "m", {"train": [t]}, tail=0.0)
+    y = txt(root) / "train.yaml"
+    y.write_text(y.read_text().replace(f"duration: {t[1]['duration']:.6f}", "duration: 9.000000"))
+    segs = read_split(root, "en-de", "train")
+    msg = _err(segment_bounds, segs[1], probe_talk(segs[1].wav), 1)
+    assert "runs past the end" in msg and "truncated" not in msg
+
+
+def test_an_unreadable_wav_is_named_once(tiny_corpus: Path) -> None:
+    p = wavdir(tiny_corpus) / "ted_1.wav"
+    p.write_text("this is not audio\n" * 10)
+    for fn in (load_talk, probe_talk):
+        msg = _err(fn, p)
+        assert msg.count(str(p)) == 1 and msg.startswith(f"{p}: cannot read audio file: "), msg
+
+
 @pytest.mark.parametrize("lang", ["en", "de"])
 def test_line_count_mismatch(tiny_corpus: Path, lang: str) -> None:
     p = txt(tiny_corpus) / f"train.{lang}"

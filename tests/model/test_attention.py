@@ -100,15 +100,19 @@ def test_a_variant_module_in_the_package_is_found_by_its_kind_without_a_table(tm
     code = f"""
 import sys
 import lib.model.attention as pkg
-from lib.model.attention.base import attention_class
+from lib.model.attention.base import attention_class, unloaded_kinds
 pkg.__path__.append({str(tmp_path)!r})
-variants = {{'lib.model.attention.smoothing', 'lib.model.attention.head_selection', 'lib.model.attention.toy_found'}}
+on_demand = set(unloaded_kinds())  # every variant module's kinds, read from the sources (the toy's included)
+variants = set(unloaded_kinds().values())
+assert {{'found_toy', 'head_select', 'smooth'}} <= on_demand, on_demand
+assert {{'lib.model.attention.smoothing', 'lib.model.attention.head_selection',
+        'lib.model.attention.toy_found'}} <= variants, variants
 assert attention_class('local').__name__ == 'LocalAttention'
 assert not variants & set(sys.modules)
 try:
     attention_class('nope', 'decoder')
 except ValueError as e:
-    assert "known: ['found_toy', 'full', 'head_select', 'smooth']" in str(e), e
+    assert f"known: {{sorted(on_demand | {{'full'}})}}" in str(e), e
 else:
     raise AssertionError('no error')
 assert not variants & set(sys.modules)  # the error imported nothing
@@ -118,6 +122,38 @@ assert attention_class('found_toy').__module__ == 'lib.model.attention.toy_found
 """
     root = Path(__file__).resolve().parents[2]
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
+
+
+def test_every_registration_in_the_package_is_found_by_its_source():
+    """base.load_variant finds a kind by a line ``@register_attention("kind")`` at the start of a line of
+    its module (a literal, not a constant or a keyword): every module of the package registers exactly the
+    kinds its source shows that way, so a model file naming any of them loads in a fresh process."""
+    import importlib
+    from pathlib import Path
+
+    import lib.model.attention as pkg
+    from lib.model.attention.base import _REGISTERS
+
+    for path in sorted(Path(pkg.__path__[0]).glob("[!_]*.py")):
+        module = importlib.import_module(f"lib.model.attention.{path.stem}")
+        registered = {kind for (kind, _), cls in ATTENTION_VARIANTS.items() if cls.__module__ == module.__name__}
+        assert registered == set(_REGISTERS.findall(path.read_text(encoding="utf-8"))), path.name
+
+
+def test_a_variant_without_rel_pos_max_refuses_the_bias_by_name(monkeypatch):
+    """``model.overrides.rel_pos_bias`` reaches every encoder layer as ``rel_pos_max``: a variant whose
+    ``__init__`` does not take it is refused with a ValueError naming the kind, not a TypeError."""
+    monkeypatch.setattr("lib.model.attention.base.ATTENTION_VARIANTS", dict(ATTENTION_VARIANTS))
+
+    @register_attention("no_bias_toy")
+    class NoBias(FullAttention):
+        def __init__(self, d_model, n_heads, dropout, *, scale: float = 1.0):
+            super().__init__(d_model, n_heads, dropout)
+
+    assert isinstance(build_attention({"type": "no_bias_toy"}, D, H, 0.0), NoBias)
+    with pytest.raises(ValueError, match="rel_pos_bias.*not implemented for attention type 'no_bias_toy'"):
+        build_attention({"type": "no_bias_toy"}, D, H, 0.0, rel_pos_max=4)
+    assert build_attention({"type": "full"}, D, H, 0.0, rel_pos_max=4).rel_pos_max == 4
 
 
 def test_build_attention_full():

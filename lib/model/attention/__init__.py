@@ -28,12 +28,16 @@ throughout) unless ``core_fp32`` (``ModelConfig.attention_fp32``) runs it in fp3
 casting the context back before ``out_proj``.
 
 A new variant subclasses ``SelfAttention``, overrides ``attend`` only, declares its spec
-keys as keyword arguments of ``__init__`` and registers itself with
-``@register_attention("name")``. Example (the local-attention variant)::
+keys as keyword arguments of ``__init__`` (plus ``rel_pos_max``, the relative-position bias
+control, which it passes on or refuses) and registers itself with ``@register_attention("name")``,
+the name a string literal at the start of the line (how ``base.load_variant`` finds its module;
+docs/architecture.md has the rest). Example (the local-attention variant)::
 
     @register_attention("local")
     class LocalAttention(SelfAttention):
-        def __init__(self, d_model, n_heads, dropout, *, window: int) -> None:
+        def __init__(self, d_model, n_heads, dropout, *, window: int, rel_pos_max: int = 0) -> None:
+            if rel_pos_max:
+                raise ValueError("the relative-position bias is not implemented for local attention")
             super().__init__(d_model, n_heads, dropout)
             self.window = int(window)
 

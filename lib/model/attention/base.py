@@ -161,7 +161,12 @@ class SelfAttention(nn.Module):
         return self.rel_pos_bias[:, offset].to(dtype)  # (H, N, N)
 
     def score_bias(self, key_padding_mask: Tensor | None, n: int, dtype: torch.dtype) -> Tensor | None:
-        """Additive score bias: padding (B, 1, 1, N) plus the relative-position bias (H, N, N)."""
+        """Additive score bias: padding (B, 1, 1, N) plus the relative-position bias (H, N, N).
+
+        A subclass may add its own bias here (``banded``'s band): ``full`` passes it to both of its paths
+        (SDPA's ``attn_mask`` and the explicit softmax), but ``local`` reads it on its dense band path only
+        (bf16, short sequences on CPU), not in the blocked kernel nor on CUDA, so a ``local`` subclass that
+        overrides it computes other math by precision, length and device: override ``attend`` there."""
         bias = key_padding_bias(key_padding_mask, dtype)
         rel = self.relative_bias(n, dtype)
         if rel is None:
@@ -431,5 +436,10 @@ def build_attention(spec: dict, d_model: int, n_heads: int, dropout: float, *, r
     if missing:
         raise ValueError(f"missing key(s) {missing} for attention type {kind!r}")
     if rel_pos_max:
+        accepts = inspect.signature(cls.__init__).parameters
+        if "rel_pos_max" not in accepts and not any(p.kind is p.VAR_KEYWORD for p in accepts.values()):
+            # a variant that does not take the keyword cannot have the bias: say so, not a TypeError
+            raise ValueError(f"the relative-position bias (model.overrides.rel_pos_bias, a diagnostic control) is not "
+                             f"implemented for attention type {kind!r}")
         params["rel_pos_max"] = rel_pos_max
     return cls(d_model, n_heads, dropout, **params)
