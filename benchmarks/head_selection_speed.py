@@ -25,6 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from lib.cli import run_tool  # noqa: E402
 from lib.decode.beam_search import BeamSearchConfig, beam_search, greedy_search  # noqa: E402
 from lib.io import atomic_write_json  # noqa: E402
 from lib.model.s2t_transformer import S2TTransformer, model_config  # noqa: E402
@@ -150,4 +151,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -108,4 +108,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from lib.cli import run_tool
+
+    run_tool(main)

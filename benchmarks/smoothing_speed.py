@@ -36,6 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from lib.cli import run_tool  # noqa: E402
 from lib.io import atomic_write_json  # noqa: E402
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config  # noqa: E402
 from lib.model.spec import smoothing_model_specs  # noqa: E402
@@ -246,4 +247,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -31,6 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from lib.cli import run_tool  # noqa: E402
 from lib.data.dataset import SpeechDataset, first_batches  # noqa: E402
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config  # noqa: E402
 from lib.params import Params, TrainConfig, load_params  # noqa: E402
@@ -163,4 +164,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -30,9 +31,11 @@ class InputError(ValueError):
     that writes it; stages print it as one line (stages/_common.py ``run_stage``)."""
 
 
-def read_json(path: str | os.PathLike, producer: str | None = None, keys: tuple[str, ...] = ()) -> Any:
+def read_json(path: str | os.PathLike, producer: str | None = None, keys: tuple[str, ...] = (),
+              numbers: tuple[str, ...] = ()) -> Any:
     """A pipeline output's JSON. FileNotFoundError for a missing file and :class:`InputError` for one
-    that is not UTF-8 JSON or lacks one of ``keys``, each naming the file and (``producer``) the stage
+    that is not UTF-8 JSON, lacks one of ``keys`` or ``numbers``, or holds anything but a finite number
+    (int or float, not bool) under one of ``numbers``, each naming the file and (``producer``) the stage
     that writes it, to rerun."""
     path = Path(path)
     by = f" (written by the {producer} stage)" if producer else ""
@@ -42,10 +45,15 @@ def read_json(path: str | os.PathLike, producer: str | None = None, keys: tuple[
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(f"{path}: not valid JSON ({e}){by}; rerun {producer or 'the stage that writes it'}") from None
-    missing = [k for k in keys if not isinstance(obj, dict) or k not in obj]
+    missing = [k for k in dict.fromkeys((*keys, *numbers)) if not isinstance(obj, dict) or k not in obj]
     if missing:
         raise InputError(f"{path}: no {', '.join(repr(k) for k in missing)}{by}; rerun "
                          f"{producer or 'the stage that writes it'} (the file is from another version of it?)")
+    for k in numbers:
+        v = obj[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise InputError(f"{path}: {k!r} is {v!r}, not a finite number{by}; rerun "
+                             f"{producer or 'the stage that writes it'}")
     return obj
 
 

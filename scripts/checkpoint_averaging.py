@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from lib.cli import run_tool  # noqa: E402
 from lib.data.dataset import SpeechDataset  # noqa: E402
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset  # noqa: E402
 from lib.decode.metrics import bleu, paired_bootstrap  # noqa: E402
@@ -131,4 +132,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

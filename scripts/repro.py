@@ -494,10 +494,10 @@ def main() -> None:
     if problem:
         raise SystemExit(f"error: {problem}")
     if args.replay is not None:
-        sys.exit(replay(plan(root, args.targets, True), args.replay, jobs))
+        sys.exit(replay(plan_or_exit(root, args.targets, True), args.replay, jobs))
     if args.estimate:
-        sys.exit(estimate(plan(root, args.targets, True), dict(args.estimate), jobs))
-    p = plan(root, args.targets, args.force)
+        sys.exit(estimate(plan_or_exit(root, args.targets, True), dict(args.estimate), jobs))
+    p = plan_or_exit(root, args.targets, args.force)
     problem = corpus_problem(root, p.corpus_checks)
     if problem:
         raise SystemExit(f"error: {problem}")
@@ -528,6 +528,18 @@ def main() -> None:
     if rc == 0 and (not args.targets or "report" in p.order):  # the report is this run's
         print_summary(root)
     sys.exit(rc)
+
+
+def plan_or_exit(root: Path, targets: list[str], force: bool) -> Plan:
+    """:func:`plan`, or one line and exit code 1 when DVC cannot read the project (a params.yaml or
+    dvc.yaml it cannot parse: DVC's own message, with its cause, instead of a traceback)."""
+    from dvc.exceptions import DvcException
+
+    try:
+        return plan(root, targets, force)
+    except DvcException as e:
+        cause = f": {' '.join(str(e.__cause__).split())}" if e.__cause__ is not None else ""
+        raise SystemExit(f"error: {' '.join(str(e).split())}{cause}") from None
 
 
 def print_summary(root: Path) -> None:

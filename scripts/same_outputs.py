@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.revs) not in (0, 2):
         ap.error("give two revisions, or none")
     a_rev, b_rev = args.revs or ["HEAD~1", "HEAD"]
+    for rev in (a_rev, b_rev):  # both before the first tiny pipeline runs (minutes)
+        if subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=ROOT,
+                          capture_output=True).returncode:
+            raise SystemExit(f"error: {rev!r} is not a commit of this repository (git rev-parse finds none)")
     with tempfile.TemporaryDirectory(prefix="same-outputs-") as tmp:
         a, b = outputs(a_rev, Path(tmp), sets), outputs(b_rev, Path(tmp), sets)
         differ = compare(a, b)

@@ -11,7 +11,7 @@ import json
 from _common import ROOT, run_stage, stage_params
 
 from lib import layout
-from lib.io import atomic_write_json, read_json
+from lib.io import InputError, atomic_write_json, read_json
 from lib.report.corpus_stats import corpus_stats, plot_histograms
 
 
@@ -22,8 +22,11 @@ def main() -> None:
     p = stage_params(args.pair)
     prepared = ROOT / p.data.prepared_dir / args.pair
     stats, arrays = corpus_stats(prepared, list(p.prepare.splits))
-    report = read_json(prepared / "report.json", f"prepare@{args.pair}")
-    stats["dropped"] = {split: r.get("dropped", {}) for split, r in report.get("splits", {}).items()}
+    report = read_json(prepared / "report.json", f"prepare@{args.pair}", keys=("splits",))
+    if not isinstance(report["splits"], dict) or not all(isinstance(r, dict) for r in report["splits"].values()):
+        raise InputError(f"{prepared / 'report.json'}: 'splits' is not a mapping of split reports (written by "
+                         f"the prepare@{args.pair} stage); rerun prepare@{args.pair}")
+    stats["dropped"] = {split: r.get("dropped", {}) for split, r in report["splits"].items()}
     plot_histograms(arrays, layout.corpus_plots(ROOT, args.pair), title=f"{args.pair} ({p.data.mustc_root})")
     atomic_write_json(layout.corpus_metrics(ROOT, args.pair), stats)
     print(json.dumps(stats))

@@ -143,3 +143,59 @@ run_stage(main)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path}/") and lines[0].endswith(says), lines
+
+
+def _bad_manifest(folder: Path) -> None:
+    from lib.data.manifest import MANIFEST_COLUMNS
+
+    row = ["ted_1_0", "train.fbank.npy:0:12", "twelve", "a dog", "ein hund", "spk.1"]
+    (folder / "train.tsv").write_text("\t".join(MANIFEST_COLUMNS) + "\n" + "\t".join(row) + "\n", encoding="utf-8")
+
+
+def _cut_store(folder: Path) -> None:
+    import numpy as np
+
+    np.save(folder / "train.fbank.npy", np.zeros((50, 80), np.float32))
+    path = folder / "train.fbank.npy"
+    path.write_bytes(path.read_bytes()[:3000])
+
+
+def _placeholder_model(folder: Path) -> None:
+    import torch
+
+    torch.save({"unused": "asr.mode is per_pair: every pair trains its own ASR model (train_asr)"}, folder / "model.pt")
+
+
+@pytest.mark.parametrize("damage, reads, says", [
+    (_bad_manifest, "from lib.data.manifest import read_manifest; read_manifest(Path(sys.argv[1]) / 'train.tsv')",
+     "train.tsv:2: n_frames 'twelve' is not a count of frames"),
+    (_cut_store, "from lib.data.store import read_features; read_features(Path(sys.argv[1]), 'train.fbank.npy:0:1')",
+     "train.fbank.npy: not a readable feature store (mmap length is greater than file size)"),
+    (lambda folder: (folder / "spm_st.model").write_bytes(b"\x0a\x05 not a model"),
+     "from lib.report.corpus_stats import corpus_stats; corpus_stats(Path(sys.argv[1]), ['train'])",
+     "spm_st.model: cannot load SentencePiece model"),
+    (_placeholder_model,
+     "from lib.model.checkpoint import load_model; load_model(Path(sys.argv[1]) / 'model.pt', producer='train_asr')",
+     "model.pt: not a model checkpoint (asr.mode is per_pair"),
+])
+def test_a_damaged_prepared_file_or_model_is_one_line_naming_it(tmp_path: Path, damage, reads: str, says: str) -> None:
+    """What a stage reads from prepare (manifest, feature store, SentencePiece model) and from a training stage
+    (model.pt), damaged: one line naming the file, exit 1, as a truncated JSON; these were tracebacks (numpy's
+    and SentencePiece's errors name no remedy, the manifest's and the model file's were plain ValueErrors)."""
+    damage(tmp_path)
+    stage = f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(REPO / 'stages')!r})
+from _common import run_stage
+
+def main() -> None:
+    {reads}
+
+run_stage(main)
+"""
+    proc = subprocess.run([sys.executable, "-c", stage, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path}/") and says in lines[0], lines

@@ -94,3 +94,22 @@ def test_read_json_names_the_file_the_stage_and_what_is_wrong(tmp_path: Path) ->
     with pytest.raises(InputError, match="not valid JSON"):
         read_json(path)
     assert issubclass(InputError, ValueError)
+
+
+@pytest.mark.parametrize("text, shown", [('{"bleu": "abc"}', "'abc'"), ('{"bleu": null}', "None"),
+                                         ('{"bleu": NaN}', "nan"), ('{"bleu": true}', "True"),
+                                         ('{"bleu": [1]}', r"\[1\]")])
+def test_read_json_numbers_must_be_finite_numbers(tmp_path: Path, text: str, shown: str) -> None:
+    """A metric the report computes with (BLEU, WER) that is not a number stops naming the file and the key,
+    not as a TypeError from deep inside the statistics or a Markdown cell with 'nan'."""
+    from lib.io import InputError, read_json
+
+    path = tmp_path / "seed1.json"
+    path.write_text(text)
+    with pytest.raises(InputError,
+                       match=rf"seed1\.json: 'bleu' is {shown}, not a finite number \(written by the x stage\); rerun x"):
+        read_json(path, "x", numbers=("bleu",))
+    path.write_text('{"bleu": 12, "chrf": 40.5}')
+    assert read_json(path, "x", numbers=("bleu", "chrf")) == {"bleu": 12, "chrf": 40.5}
+    with pytest.raises(InputError, match=r"no 'wer'"):
+        read_json(path, "x", numbers=("wer",))

@@ -138,6 +138,28 @@ def test_not_yaml(tmp_path: Path) -> None:
         load_params(path)
 
 
+def test_a_yaml_error_is_one_line_with_its_line_and_column(tmp_path: Path) -> None:
+    """A stage prints a ParamError as one line: PyYAML's five-line message (with its 'in "<file>"' lines) is
+    folded into one that leads with where the problem is and where its context began."""
+    path = tmp_path / "params.yaml"
+    path.write_text("pairs: [en-de, en-es\nseeds: [1, 2]\n")
+    with pytest.raises(ParamError) as e:
+        load_params(path)
+    assert str(e.value) == (f"{path}: not valid YAML: line 2, column 6: expected ',' or ']', but got ':' "
+                            "(while parsing a flow sequence at line 1, column 8)")
+    path.write_text("pairs: [en-de]\n\tseeds: [1]\n")
+    with pytest.raises(ParamError, match=r"^[^\n]*: not valid YAML: line 2, column 1: found character '\\t' that "
+                                         r"cannot start any token[^\n]*$"):
+        load_params(path)
+
+
+def test_an_unknown_top_level_key_is_named_as_written(tmp_path: Path) -> None:
+    """'unknown key(s) foo', not ': unknown key(s) .foo' (the top level has no key path to prefix)."""
+    path = _write(tmp_path, lambda p: p.__setitem__("foo", 1))
+    with pytest.raises(ParamError, match=rf"^{re.escape(str(path))}: unknown key\(s\) foo; known: analysis, "):
+        load_params(path)
+
+
 def test_paper_profile_has_the_papers_hyperparameters() -> None:
     """Appendix B-C of the paper (fairseq s2t_transformer_s MuST-C recipe)."""
     p = load_params(REPO / "profiles" / "paper.yaml")

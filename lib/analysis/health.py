@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lib.io import read_json
+from lib.io import InputError, read_json
 from lib.analysis.extract import layer_contributions, layer_tensors
 from lib.stats import spearman
 from lib.params import AnalysisParams, HealthParams
@@ -390,7 +390,13 @@ def health_stage(model_path: Any, prepared: Any, role: str, pair: str, *, ap: An
     windows = None
     if windows_path is not None:
         table = read_json(windows_path, "select_windows", keys=("table",))["table"]
-        windows = [int(row["window"]) for row in table[ap.full_layers:]]
+        try:
+            if not isinstance(table, list):
+                raise TypeError(type(table).__name__)
+            windows = [int(row["window"]) for row in table[ap.full_layers:]]
+        except (TypeError, KeyError, ValueError):
+            raise InputError(f"{windows_path}: 'table' is not a list of per-layer rows with a 'window' each "
+                             f"(written by the select_windows stage); rerun select_windows") from None
     model, meta = load_model(model_path, producer=producer)
     task = meta.get("task", "asr")
     window_ds = SpeechDataset(prepared, ap.window_split, "asr")

@@ -23,7 +23,8 @@ from torch import Tensor
 
 from lib.data.features import spec_augment, utterance_cmvn
 from lib.data.manifest import read_manifest
-from lib.data.store import read_features
+from lib.data.store import check_refs, read_features
+from lib.io import InputError
 
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 1, 2, 0, 3  # fairseq's dictionary convention (lib/data/vocab.py)
 TASKS = ("asr", "st")
@@ -81,6 +82,18 @@ class Batch:
         return int(self.target_lengths.sum())
 
 
+def _sentencepiece(model: Path) -> spm.SentencePieceProcessor:
+    """The SentencePiece model ``model`` of a prepared folder; FileNotFoundError / :class:`lib.io.InputError`
+    naming it (SentencePiece's own errors are RuntimeErrors or OSErrors that say nothing of what to do)."""
+    if not model.is_file():
+        raise FileNotFoundError(f"{model}: missing; it is written by the prepare stage")
+    try:
+        return spm.SentencePieceProcessor(model_file=str(model))
+    except (OSError, RuntimeError) as e:
+        raise InputError(f"{model}: cannot load SentencePiece model ({e}); it is written by the prepare stage: "
+                         f"`dvc repro` writes it again") from None
+
+
 class SpeechDataset:
     """One split of one prepared pair for one task ("asr": English targets, "st": translations).
 
@@ -106,8 +119,8 @@ class SpeechDataset:
         if not manifest.is_file():
             raise FileNotFoundError(f"{manifest}: no such manifest (run the prepare stage first)")
         self.split, self.task = split, task
-        self.spm = spm.SentencePieceProcessor(model_file=str(
-            Path(vocab_dir or self.prepared_dir) / ("spm_asr.model" if task == "asr" else "spm_st.model")))
+        self.spm = _sentencepiece(
+            Path(vocab_dir or self.prepared_dir) / ("spm_asr.model" if task == "asr" else "spm_st.model"))
         rows = read_manifest(manifest)
         texts = [r["src_text"] if task == "asr" else r["tgt_text"] for r in rows]
         token_ids = self.spm.encode(texts)
@@ -115,6 +128,7 @@ class SpeechDataset:
                 if (max_frames is None or int(r["n_frames"]) <= max_frames)
                 and (max_target_tokens is None or len(token_ids[i]) + 1 <= max_target_tokens)]
         self.rows = [rows[i] for i in keep]
+        check_refs(self.prepared_dir, (r["audio"] for r in self.rows), str(manifest))  # before any batch
         self.targets = [token_ids[i] + [EOS_ID] for i in keep]
         self.n_frames = np.array([int(r["n_frames"]) for r in self.rows], dtype=np.int64)
         if task_id is not None:

@@ -6,6 +6,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from lib.io import InputError
+
 __all__ = ["MANIFEST_COLUMNS", "read_manifest", "tsv_writer"]
 
 MANIFEST_COLUMNS = ("id", "audio", "n_frames", "src_text", "tgt_text", "speaker")
@@ -18,16 +20,27 @@ def tsv_writer(f: Any) -> Any:
                       lineterminator="\n")
 
 
+_REMEDY = "; it is written by the prepare stage: `dvc repro` writes it again"
+
+
 def read_manifest(path: Path) -> list[dict[str, str]]:
-    """Rows of a manifest written by :func:`lib.data.prepare.prepare_pair` as dicts keyed by :data:`MANIFEST_COLUMNS`."""
-    with open(path, encoding="utf-8", newline="") as f:
-        header = f.readline().rstrip("\n").split("\t")
-        if tuple(header) != MANIFEST_COLUMNS:
-            raise ValueError(f"{path}: header {header} is not {list(MANIFEST_COLUMNS)}")
-        rows = []
-        for lineno, line in enumerate(f, start=2):
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) != len(MANIFEST_COLUMNS):
-                raise ValueError(f"{path}:{lineno}: {len(fields)} fields, expected {len(MANIFEST_COLUMNS)}")
-            rows.append(dict(zip(MANIFEST_COLUMNS, fields)))
+    """Rows of a manifest written by :func:`lib.data.prepare.prepare_pair` as dicts keyed by :data:`MANIFEST_COLUMNS`.
+    :class:`lib.io.InputError` (a ValueError) names the file and line of a header or row of another
+    shape, an ``n_frames`` that is not a count, or bytes that are not UTF-8 (a damaged or truncated file)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            header = f.readline().rstrip("\n").split("\t")
+            if tuple(header) != MANIFEST_COLUMNS:
+                raise InputError(f"{path}: header {header} is not {list(MANIFEST_COLUMNS)}{_REMEDY}")
+            rows = []
+            for lineno, line in enumerate(f, start=2):
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) != len(MANIFEST_COLUMNS):
+                    raise InputError(f"{path}:{lineno}: {len(fields)} fields, expected {len(MANIFEST_COLUMNS)}{_REMEDY}")
+                row = dict(zip(MANIFEST_COLUMNS, fields))
+                if not (row["n_frames"].isascii() and row["n_frames"].isdigit()):
+                    raise InputError(f"{path}:{lineno}: n_frames {row['n_frames']!r} is not a count of frames{_REMEDY}")
+                rows.append(row)
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text ({e.reason}){_REMEDY}") from None
     return rows

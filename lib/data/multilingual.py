@@ -15,7 +15,6 @@ target vocabulary with target-language tags, and a dataset that concatenates the
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -26,9 +25,9 @@ from torch import Tensor
 from lib.data.dataset import EOS_ID, UNK_ID
 from lib.data.features import utterance_cmvn
 from lib.data.manifest import read_manifest
-from lib.data.store import read_features
+from lib.data.store import check_refs, read_features
 from lib.data.vocab import load_sentencepiece, train_sentencepiece
-from lib.io import atomic_write_json
+from lib.io import atomic_write_json, read_json
 
 __all__ = ["JOINT_SPM", "TASKS_JSON", "MultiSpeechDataset", "language_tag", "load_tasks", "prepare_joint_vocab"]
 
@@ -65,7 +64,7 @@ def load_tasks(vocab_dir: Path) -> dict:
     path = Path(vocab_dir) / TASKS_JSON
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; it is written by the prepare_multi stage")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path, "prepare_multi", keys=("pairs", "tag_ids"))
 
 
 class MultiSpeechDataset:
@@ -100,6 +99,7 @@ class MultiSpeechDataset:
             if not manifest.is_file():
                 raise FileNotFoundError(f"{manifest}: no such manifest (run the prepare stage first)")
             rows = read_manifest(manifest)
+            check_refs(self.prepared_root / pair, (r["audio"] for r in rows), str(manifest))  # before any batch
             ids = self.spm.encode([r["tgt_text"] for r in rows])
             for r, t in zip(rows, ids):
                 if max_frames is not None and int(r["n_frames"]) > max_frames:

@@ -24,9 +24,14 @@ import shutil
 from collections import OrderedDict
 from pathlib import Path
 from types import TracebackType
+from typing import Iterable
 
 import numpy as np
 from numpy.lib.format import open_memmap
+
+from lib.io import InputError
+
+_REMEDY = "; it is written by the prepare stage: `dvc repro` writes it again"
 
 
 SPACE_MARGIN_BYTES = 64 * 1024**2
@@ -87,14 +92,14 @@ def make_ref(file_name: str, start: int, n_frames: int) -> str:
 
 
 def parse_ref(ref: str) -> tuple[str, int, int]:
-    """Inverse of :func:`make_ref`; ValueError naming ``ref`` when malformed."""
+    """Inverse of :func:`make_ref`; :class:`lib.io.InputError` (a ValueError) naming ``ref`` when malformed."""
     try:
         name, start, n = ref.rsplit(":", 2)
         start_i, n_i = int(start), int(n)
     except ValueError:
-        raise ValueError(f"malformed feature reference {ref!r}, expected '<file>:<start>:<n_frames>'") from None
+        raise InputError(f"malformed feature reference {ref!r}, expected '<file>:<start>:<n_frames>'") from None
     if not name or start_i < 0 or n_i < 0:
-        raise ValueError(f"malformed feature reference {ref!r}, expected '<file>:<start>:<n_frames>'")
+        raise InputError(f"malformed feature reference {ref!r}, expected '<file>:<start>:<n_frames>'")
     return name, start_i, n_i
 
 
@@ -197,9 +202,12 @@ def _open(path: Path) -> np.ndarray:
     if arr is not None:
         _handles.move_to_end(key)
         return arr
-    arr = np.load(path, mmap_mode="r")
+    try:
+        arr = np.load(path, mmap_mode="r")
+    except (ValueError, EOFError, OSError) as e:  # truncated, empty, not .npy: numpy's messages name no file
+        raise InputError(f"{path}: not a readable feature store ({e}){_REMEDY}") from None
     if arr.ndim != 2 or arr.dtype != np.float32:
-        raise ValueError(f"{path}: not a feature store (shape {arr.shape}, dtype {arr.dtype})")
+        raise InputError(f"{path}: not a feature store (shape {arr.shape}, dtype {arr.dtype}){_REMEDY}")
     _handles[key] = arr
     while len(_handles) > _CACHE_SIZE:
         _handles.popitem(last=False)
@@ -210,11 +218,36 @@ def read_features(store_dir: Path, ref: str) -> np.ndarray:
     """The ``(n_frames, n_mels)`` float32 features that ``ref`` points to in ``store_dir``.
 
     Returns a private, writable copy (safe for ``torch.from_numpy`` and independent of the map).
-    ValueError naming the reference when it is malformed or out of the file's range.
+    :class:`lib.io.InputError` (a ValueError) naming the reference when it is malformed or out of the
+    file's range, or the file when it is not a feature store.
     """
     name, start, n = parse_ref(ref)
     path = Path(store_dir) / name
     arr = _open(path)
     if start + n > arr.shape[0]:
-        raise ValueError(f"{path}: reference {ref!r} is out of range (store has {arr.shape[0]} frames)")
+        raise InputError(f"{path}: reference {ref!r} is out of range (store has {arr.shape[0]} frames){_REMEDY}")
     return np.array(arr[start : start + n], dtype=np.float32, copy=True)
+
+
+def check_refs(store_dir: Path, refs: Iterable[str], where: str) -> None:
+    """Check that every reference of ``refs`` (a manifest's ``audio`` column; ``where`` names the manifest)
+    parses and lies inside its store file, opening each file once as :func:`read_features` does: a
+    truncated, replaced or damaged store stops a run when its dataset is built, before any batch,
+    instead of at the first batch that reaches the damage. Reads no features. :class:`lib.io.InputError`
+    naming the manifest, the reference and the file."""
+    ends: dict[str, tuple[int, str]] = {}
+    for ref in refs:
+        try:
+            name, start, n = parse_ref(ref)
+        except InputError as e:
+            raise InputError(f"{where}: {e}{_REMEDY}") from None
+        if start + n > ends.get(name, (-1, ""))[0]:
+            ends[name] = (start + n, ref)
+    for name, (end, ref) in ends.items():
+        path = Path(store_dir) / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: feature store missing (named by {where}){_REMEDY}")
+        rows = _open(path).shape[0]
+        if end > rows:
+            raise InputError(f"{path}: {where} references {ref!r}, past the store's {rows} frames (a truncated "
+                             f"or replaced store){_REMEDY}")

@@ -78,17 +78,31 @@ def read_model_state(path: str | os.PathLike, *, producer: str | None = None,
         hint = f" (produced by the `{producer}` stage: run `dvc repro {producer}` first)" if producer else ""
         raise FileNotFoundError(f"{path}: model checkpoint not found{hint}")
     state = load(path, map_location=map_location, producer=producer)
+    remedy = f"; it is written by the {producer} stage: `dvc repro` writes it again" if producer else ""
+    if not isinstance(state, dict):
+        raise InputError(f"{path}: not a model checkpoint (a {type(state).__name__}, not a mapping){remedy}")
     for key in ("model", "model_config"):
-        if key not in state:
-            raise ValueError(f"{path}: not a model checkpoint (no {key!r} entry; keys: {sorted(state)})")
+        if not isinstance(state.get(key), dict):
+            what = state.get("unused") or f"no {key!r} entry; keys: {sorted(map(str, state))}"
+            raise InputError(f"{path}: not a model checkpoint ({what}){remedy}")
     return state
 
 
 def load_model(path: str | os.PathLike, *, producer: str | None = None, device: str | torch.device = "cpu"
                ) -> tuple[S2TTransformer, dict]:
     """Rebuild the model of a model file, in eval mode on ``device``. Returns ``(model, meta)``: meta is
-    the file's other entries plus ``model_config`` (as a dict). Errors as :func:`read_model_state`."""
-    return model_from_state(read_model_state(path, producer=producer), device=device)
+    the file's other entries plus ``model_config`` (as a dict). Errors as :func:`read_model_state`, and
+    :class:`lib.io.InputError` naming the file when its config or weights do not build one model (a
+    file edited by hand, or written by another version of the code)."""
+    state = read_model_state(path, producer=producer)
+    try:  # built and loaded on the CPU (as model_from_state does before moving it): an error here is the file's
+        model, meta = model_from_state(state, device="cpu")
+    except (RuntimeError, TypeError, ValueError, KeyError) as e:
+        reason = " ".join(str(e).split())[:300] or type(e).__name__
+        remedy = f"; it is written by the {producer} stage: `dvc repro` writes it again" if producer else ""
+        raise InputError(f"{path}: its weights and config do not build a model ({type(e).__name__}: "
+                         f"{reason}){remedy}") from e
+    return model.to(device).eval(), meta
 
 
 def model_from_state(state: dict[str, Any], *, device: str | torch.device = "cpu") -> tuple[S2TTransformer, dict]:

@@ -38,12 +38,17 @@ def local_attention_spec(n_layers: int, full_layers: int, windows: Sequence[Any]
 
 
 def validate_spec(spec: Sequence[dict], n_layers: int, *, key: str = "encoder_attention") -> list[dict]:
-    """Check a full per-layer spec list (e.g. read from select_windows' output)."""
+    """Check a full per-layer spec list (read from select_windows' output): one ``{"type": "full"}`` or
+    ``{"type": "local", "window": w}`` per encoder layer. ValueError naming ``key`` otherwise."""
+    if not isinstance(spec, list):
+        raise ValueError(f"{key}: expected a list of layer specs, got {type(spec).__name__}")
     if len(spec) != n_layers:
         raise ValueError(f"{key}: {len(spec)} layer specs for {n_layers} encoder layers")
     for i, s in enumerate(spec):
         if not isinstance(s, dict) or "type" not in s:
             raise ValueError(f"{key}[{i}]: expected a dict with a 'type', got {s!r}")
+        if s["type"] not in ("full", "local"):
+            raise ValueError(f"{key}[{i}] (layer {i + 1}): type must be 'full' or 'local', got {s['type']!r}")
         if s["type"] == "local":
             odd_window(s.get("window"), f"{key}[{i}] (layer {i + 1}): window")
     return [dict(s) for s in spec]

@@ -192,6 +192,18 @@ class Params:
                     raise ParamError(f"{e} (multi.systems has {system})") from None
 
 
+def _yaml_error(e: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line, led by the line and column of the problem (1-based):
+    a stage prints its errors as one line."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None)
+    if mark is None or problem is None:
+        return " ".join(str(e).split())
+    context, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    where = f" at line {cmark.line + 1}, column {cmark.column + 1}" if context and cmark is not None else ""
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" + (f" ({context}{where})" if context else "")
+
+
 def load_params(path: str | Path = "params.yaml") -> Params:
     """Read and validate ``path``: every section, so an unknown top-level key stops with its name
     exactly as an unknown key inside a section does."""
@@ -202,7 +214,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     except FileNotFoundError:
         raise ParamError(f"{path}: not found (run from the repository root)") from None
     except yaml.YAMLError as e:
-        raise ParamError(f"{path}: not valid YAML: {e}") from None
+        raise ParamError(f"{path}: not valid YAML: {_yaml_error(e)}") from None
     if not isinstance(raw, dict):
         raise ParamError(f"{path}: expected a mapping at the top level")
     try:

@@ -92,9 +92,10 @@ def _from_dict(cls: type[T], data: Any, prefix: str) -> T:
         raise ParamError(f"{prefix}: expected a mapping, got {type(data).__name__} {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
-        raise ParamError(f"{prefix}: unknown key(s) {', '.join(prefix + '.' + k for k in unknown)}; "
+        where = f"{prefix}: " if prefix else ""  # the top level has no prefix: "unknown key(s) foo", not ": ... .foo"
+        raise ParamError(f"{where}unknown key(s) {', '.join(f'{prefix}.{k}' if prefix else str(k) for k in unknown)}; "
                          f"known: {', '.join(sorted(fields))}")
     kwargs = {}
     for name, f in fields.items():

@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 import sentencepiece as spm  # noqa: E402
 
 from lib.data.manifest import read_manifest  # noqa: E402
+from lib.io import InputError  # noqa: E402
 
 FRAME_SHIFT_S = 0.01
 
@@ -37,7 +38,11 @@ def corpus_stats(prepared_dir: Path, splits: list[str]) -> tuple[dict, dict[str,
     model = prepared_dir / "spm_st.model"
     if not model.is_file():  # SentencePiece's own error is a RuntimeError with no remedy
         raise FileNotFoundError(f"{model}: missing; it is written by the prepare@{prepared_dir.name} stage")
-    sp = spm.SentencePieceProcessor(model_file=str(model))
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(model))
+    except (OSError, RuntimeError) as e:  # a damaged file: SentencePiece's message names no remedy
+        raise InputError(f"{model}: cannot load SentencePiece model ({e}); it is written by the "
+                         f"prepare@{prepared_dir.name} stage: `dvc repro` writes it again") from None
     stats: dict = {}
     arrays: dict[str, dict[str, np.ndarray]] = {}
     for split in splits:

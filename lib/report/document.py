@@ -3,7 +3,6 @@ from small pipeline outputs (per-run metrics, decoded test sets, health metrics,
 and the paper's published numbers (lib/paper.py). No torch: the stage starts in a second."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +50,7 @@ def build_report(p: Params, root: Path, figures: Figures | None = None) -> tuple
         wers = {}
         for system, asr_system in (("baseline", "asr"), ("local", "asr_local")):
             wers[system] = read_json(RunPaths(root, asr_system, pair).metrics, f"train_{asr_system}@{pair}",
-                                     keys=("wer",))["wer"]
+                                     numbers=("wer",))["wer"]
         flat[f"{pair}/asr_wer"] = wers["baseline"]
         asr_rows.append(f"| {pair} | {wers['baseline']:.2f} | {wers['local']:.2f} |")
 
@@ -158,7 +157,7 @@ def efficiency_windows_note(root: Path) -> str:
     if own is None or source is None or not (root / source).is_file():
         return ""
     current = ["F" if layer["type"] == "full" else str(layer["window"])
-               for layer in json.loads((root / source).read_text(encoding="utf-8"))["encoder_attention"]]
+               for layer in read_json(root / source, "select_windows", keys=("encoder_attention",))["encoder_attention"]]
     if own == current:
         return ""
     return (f"**Stale:** the benchmark below timed `own` windows {' '.join(own)}, but {source} now holds "

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lib import layout
-from lib.io import read_json
+from lib.io import InputError, read_json
 from lib.stats import spearman
 from lib.decode.metrics import paired_bootstrap
 from lib.layout import ST_SYSTEMS, TEST_SPLIT, RunPaths
@@ -46,7 +46,7 @@ def load_scores(root: Path, pair: str, system: str, seeds: Sequence[int]) -> Sys
     bleu, chrf = [], []
     for seed in seeds:
         path = RunPaths(root, system, pair, seed).metrics
-        m = read_json(path, f"train_{system}@{pair}-{seed}", keys=("bleu", "chrf"))
+        m = read_json(path, f"train_{system}@{pair}-{seed}", numbers=("bleu", "chrf"))
         bleu.append(float(m["bleu"]))
         chrf.append(float(m["chrf"]))
     return SystemScores(pair, system, list(seeds), bleu, chrf)
@@ -159,7 +159,7 @@ def health_markdown(root: Path, pairs: Sequence[str]) -> str:
     lines = [head, "|" + "---|" * (len(HEALTH_COLUMNS) + 3)]
     for pair in pairs:
         for model in ("asr", "st"):
-            m = read_json(layout.health_metrics(root, pair, model), f"health_{model}@{pair}", keys=("summary",))
+            m = _health(root, pair, model)
             s = m["summary"]
             cells = [("–" if s.get(key) is None else fmt.format(s[key])) for key, _, fmt in HEALTH_COLUMNS]
             lines.append(f"| {pair} | {model.upper()} | " + " | ".join(cells) + f" | {m.get('algorithm1_windows', '–')} |")
@@ -201,7 +201,18 @@ def paper_comparison_markdown(root: Path, scores: Sequence[SystemScores], sig: d
 
 def st_health(root: Path, pair: str) -> dict:
     """metrics/health/<pair>/st.json (stage health_st): the analysed ST baseline's attention health."""
-    return read_json(layout.health_metrics(root, pair, "st"), f"health_st@{pair}")
+    return _health(root, pair, "st", keys=("algorithm1_windows",))
+
+
+def _health(root: Path, pair: str, model: str, keys: tuple[str, ...] = ()) -> dict:
+    """metrics/health/<pair>/<model>.json with its ``summary`` (a mapping) and ``keys``; InputError
+    naming the file and the stage to rerun otherwise."""
+    path, producer = layout.health_metrics(root, pair, model), f"health_{model}@{pair}"
+    m = read_json(path, producer, keys=("summary", *keys))
+    if not isinstance(m["summary"], dict):
+        raise InputError(f"{path}: 'summary' is {type(m['summary']).__name__}, not a mapping (written by the "
+                         f"{producer} stage); rerun {producer}")
+    return m
 
 
 def _rho(windows: Sequence[int]) -> float:

@@ -13,7 +13,7 @@ from typing import Any
 
 from lib.data.dataset import SpeechDataset
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
-from lib.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from lib.io import InputError, atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 from lib.layout import SHARED_SYSTEMS, RunPaths, windows_json
 from lib.model import checkpoint as model_file
 from lib.model.s2t_transformer import model_config
@@ -184,13 +184,20 @@ def share_asr_run(src: RunPaths, dst: RunPaths) -> dict[str, Any]:
     baseline's ASR run ``src`` -- model.pt, decoded test set and training curves -- with its metrics
     marked ``"asr_pretraining": "shared"``, so that train_local always starts from
     runs/asr_local/<pair>/model.pt and the copy says where it came from. Every file is written
-    atomically; returns the metrics written."""
+    atomically, and only once every input has been read: a missing, damaged or placeholder model or
+    metrics file stops it before ``dst`` changes (a damaged model.pt is not passed on as a good one);
+    returns the metrics written."""
+    producer = f"train_asr@{src.pair}" if src.pair else "train_asr"
     for path in (src.model, src.hyps(), src.refs()):
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; it is written by the train_asr stage")
+    model_file.read_model_state(src.model, producer=producer)  # InputError unless a loadable model file
+    source_metrics = read_json(src.metrics, producer)
+    if not isinstance(source_metrics, dict):
+        raise InputError(f"{src.metrics}: not a mapping of metrics (written by the {producer} stage); rerun {producer}")
     _adopt_run(src, dst)
     atomic_write_json(dst.timing, {"train_seconds": 0.0, "decode_seconds": 0.0})  # a copy: nothing ran
-    metrics = {**read_json(src.metrics, f"train_asr@{src.pair}" if src.pair else "train_asr"), "asr_pretraining": "shared"}
+    metrics = {**source_metrics, "asr_pretraining": "shared"}
     atomic_write_json(dst.metrics, metrics)
     return metrics
 
@@ -208,10 +215,12 @@ def adopt_shared_asr(p: Params, root: Path, pair: str, *, progress: bool = True,
     if not src.model.is_file():
         raise FileNotFoundError(f"{src.model}: missing; it is written by the {stage} stage")
     state = ckpt.load(src.model)
-    if "model" not in state:
-        raise ValueError(f"{src.model}: not a model ({state.get('unused', 'a placeholder')}); "
-                         f"run `dvc repro {stage}` again")
-    shared_metrics = read_json(src.metrics, stage)
+    if not isinstance(state, dict) or "model" not in state:
+        what = state.get("unused", "a placeholder") if isinstance(state, dict) else f"a {type(state).__name__}"
+        raise InputError(f"{src.model}: not a model ({what}); run `dvc repro {stage}` again")
+    shared_metrics = read_json(src.metrics, stage)  # read before decoding: nothing is written when it is damaged
+    if not isinstance(shared_metrics, dict):
+        raise InputError(f"{src.metrics}: not a mapping of metrics (written by the {stage} stage); rerun {stage}")
     spec = spec_from_params(p, root, system, pair)
     device = auto_device()
     amp = resolve_amp(spec.train.amp, device)

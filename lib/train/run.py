@@ -37,7 +37,7 @@ import torch
 from lib.data.dataset import SpeechDataset, first_batches
 from lib.decode.beam_search import BeamSearchConfig, translate_dataset
 from lib.decode.metrics import bleu, bleu_signature, chrf, wer
-from lib.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from lib.io import InputError, atomic_write_bytes, atomic_write_json, atomic_write_text
 from lib.layout import RunPaths
 from lib.model import checkpoint as model_file
 from lib.model.s2t_transformer import S2TTransformer, model_config
@@ -380,12 +380,19 @@ class BilingualTask(RunTask):
         self.model = model = S2TTransformer(self.mcfg)
         if spec.init_encoder is not None:
             state = ckpt.load(spec.init_encoder)
-            report = model_file.load_encoder(model, state["model"])
+            if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+                what = state.get("unused", "no weights") if isinstance(state, dict) else type(state).__name__
+                raise InputError(f"{spec.init_encoder}: not a model to start the encoder from ({what}); "
+                                 f"rerun the stage that writes it")
+            try:
+                report = model_file.load_encoder(model, state["model"])
+                if cfg.init_decoder:
+                    model_file.load_decoder_layers(model, state["model"])
+            except ValueError as e:  # another model size or version: the file, not this run, is wrong
+                raise InputError(f"{spec.init_encoder}: does not fit this run's model: {e}") from None
             if report.missing and rank == 0:  # attention-variant parameters the source has not: initialised
                 print(f"init from {spec.init_encoder}: not in the source, kept at initialisation: "
                       f"{', '.join(report.missing)}", file=sys.stderr)
-            if cfg.init_decoder:
-                model_file.load_decoder_layers(model, state["model"])
             self.init_digest = file_digest(spec.init_encoder)
         self.refs_dev = [self.dev_ds.reference(i) for i in range(min(spec.max_dev_decode, len(self.dev_ds)))]
         self.dev_subset = _Subset(self.dev_ds, spec.max_dev_decode)

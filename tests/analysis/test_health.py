@@ -245,3 +245,25 @@ def test_health_params_name_the_key():
         health_params({"health": {**good, "band_windows": [1, 4]}})
     with pytest.raises(ParamError, match=r"health\.bogus"):
         health_params({"health": {**good, "bogus": 1}})
+
+
+@pytest.mark.parametrize("table", [{}, [{"attention": "local"}] * 4, "1 3 5"])
+def test_health_st_names_a_windows_table_of_another_shape(tmp_path, table):
+    """select_windows' table, parsed but not a list of rows with a 'window' each: an InputError naming the file
+    and select_windows (the health_st stage's one line), before the model is loaded, not a TypeError or KeyError."""
+    from lib.analysis.health import health_stage
+    from lib.io import InputError
+
+    prepared = tmp_path / "prepared/en-de"
+    prepared.mkdir(parents=True)
+    for split in ("train", "dev"):
+        (prepared / f"{split}.tsv").write_text("")
+    windows = tmp_path / "windows.json"
+    windows.write_text(json.dumps({"table": table}))
+    hp = parse_section(HealthParams, {"samples": 2, "band_split": "dev", "band_windows": [1, 3], "head_threshold": 2.0},
+                       "health")
+    ap = analysis_params({"analysis": {**ANALYSIS, "window_split": "train", "full_layers": 2}})
+    with pytest.raises(InputError, match=r"windows\.json: 'table' is not a list of per-layer rows .*select_windows"):
+        health_stage(tmp_path / "missing-model.pt", prepared, "st", "en-de", ap=ap, hp=hp,
+                     details_path=tmp_path / "d.json", metrics_path=tmp_path / "m.json", plot_path=tmp_path / "p.png",
+                     producer="train_baseline", progress=False, windows_path=windows)

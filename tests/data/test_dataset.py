@@ -144,3 +144,31 @@ def test_decode_drops_bos_pad_eos_and_unk(prepared: Path) -> None:
     assert ds.decode(body) == ds.reference(0)
     noisy = [BOS_ID, UNK_ID] + body[:1] + [UNK_ID, PAD_ID] + body[1:] + [EOS_ID, UNK_ID]
     assert ds.decode(noisy) == ds.reference(0)
+
+
+def test_a_damaged_prepared_folder_stops_when_the_dataset_is_built(prepared: Path, tmp_path: Path) -> None:
+    """A store cut short, a SentencePiece model that does not load, a missing one: each an error naming the
+    file when the dataset is built (before a run trains or decodes anything), not a RuntimeError from
+    SentencePiece or numpy's error at the first batch that reaches the damage."""
+    import shutil
+
+    from lib.io import InputError
+
+    copy = tmp_path / "en-de"
+    shutil.copytree(prepared, copy)
+    store = copy / "train.fbank.npy"
+    store.write_bytes(store.read_bytes()[: store.stat().st_size - 4000])
+    with pytest.raises(InputError, match=r"train\.fbank\.npy: not a readable feature store"):
+        SpeechDataset(copy, "train", "st")
+    arr = np.load(prepared / "train.fbank.npy")
+    np.save(store, arr[: len(arr) // 2])  # a whole .npy, but shorter than the manifest says
+    with pytest.raises(InputError, match=r"train\.fbank\.npy: .*train\.tsv references .*, past the store's"):
+        SpeechDataset(copy, "train", "st")
+    SpeechDataset(copy, "dev", "asr")  # the other splits are intact
+    model = copy / "spm_st.model"
+    model.write_bytes(model.read_bytes()[:100])
+    with pytest.raises(InputError, match=r"spm_st\.model: cannot load SentencePiece model .*prepare stage"):
+        SpeechDataset(copy, "dev", "st")
+    model.unlink()
+    with pytest.raises(FileNotFoundError, match=r"spm_st\.model: missing; it is written by the prepare stage"):
+        SpeechDataset(copy, "dev", "st")

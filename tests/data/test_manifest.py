@@ -37,3 +37,33 @@ def test_another_header_is_refused(tmp_path: Path) -> None:
     path.write_text("id\taudio\tn_frames\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"dev\.tsv: header \['id', 'audio', 'n_frames'\] is not"):
         read_manifest(path)
+
+
+@pytest.mark.parametrize("n_frames", ["abc", "-5", "1.5", ""])
+def test_an_n_frames_that_is_no_count_names_its_line(tmp_path: Path, n_frames: str) -> None:
+    """A manifest is read by every stage after prepare: a damaged n_frames stops naming the file and the line
+    (an InputError, which a stage prints as one line), not as int()'s bare ValueError in the middle of a run."""
+    from lib.io import InputError
+
+    path = tmp_path / "train.tsv"
+    bad = ROW[:2] + [n_frames] + ROW[3:]
+    path.write_text("\t".join(MANIFEST_COLUMNS) + "\n" + "\t".join(ROW) + "\n" + "\t".join(bad) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match=rf"train\.tsv:3: n_frames '{n_frames}' is not a count of frames; .*prepare"):
+        read_manifest(path)
+
+
+def test_damaged_manifests_are_input_errors(tmp_path: Path) -> None:
+    """Truncated (a row cut short), emptied, or not UTF-8: each an InputError naming the file."""
+    from lib.io import InputError
+
+    path = tmp_path / "dev.tsv"
+    full = "\t".join(MANIFEST_COLUMNS) + "\n" + "\t".join(ROW) + "\n"
+    path.write_text(full[: len(full) - 20], encoding="utf-8")
+    with pytest.raises(InputError, match=r"dev\.tsv:2: \d fields, expected 6"):
+        read_manifest(path)
+    path.write_text("", encoding="utf-8")
+    with pytest.raises(InputError, match=r"dev\.tsv: header \[''\] is not"):
+        read_manifest(path)
+    path.write_bytes(full.encode("utf-8") + b"\xff\xfe\n")
+    with pytest.raises(InputError, match=r"dev\.tsv: not UTF-8 text"):
+        read_manifest(path)

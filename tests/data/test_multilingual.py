@@ -90,3 +90,14 @@ def test_errors_name_the_file(prepared: Path, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"en-it/train.tsv: missing; it is written by the prepare@en-it"):
         prepare_joint_vocab(prepared / "prepared", ["en-de", "en-it"], tmp_path / "out", 60)
     assert json.loads((prepared / "prepared_multi" / TASKS_JSON).read_text())["vocab_size"] <= 60
+
+
+@pytest.mark.parametrize("text, says", [('{"pairs": ["en-de"], "tag', "not valid JSON"), ("[]", "no 'pairs', 'tag_ids'")])
+def test_a_damaged_tasks_file_is_named(tmp_path: Path, text: str, says: str) -> None:
+    """tasks.json truncated or of another shape: an InputError naming it and prepare_multi (train_multi's one
+    line), not json's bare 'Expecting value' or a TypeError from indexing a list."""
+    from lib.io import InputError
+
+    (tmp_path / TASKS_JSON).write_text(text)
+    with pytest.raises(InputError, match=rf"tasks\.json: {says}.*prepare_multi"):
+        load_tasks(tmp_path)

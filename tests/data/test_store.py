@@ -131,3 +131,43 @@ def test_human_bytes_steps_at_every_thousand() -> None:
 
     assert [human_bytes(n) for n in (999, 1000, 1010, 999_499, 1_010_000_000, 2.5e12, 3e15)] == \
         ["999 B", "1.0 kB", "1.0 kB", "999.5 kB", "1.0 GB", "2.5 TB", "3000.0 TB"]
+
+
+def _store(tmp_path: Path) -> list[str]:
+    with FeatureStoreWriter(tmp_path / "dev.fbank.npy", 63) as w:
+        return [w.write(u) for u in _utts()]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), r"not a readable feature store"),
+    (lambda p: p.write_bytes(b""), r"not a readable feature store"),
+    (lambda p: p.write_bytes(os.urandom(300)), r"not a readable feature store"),
+    (lambda p: np.save(p, np.zeros((63, 80), np.float64)), r"not a feature store \(shape \(63, 80\), dtype float64\)"),
+])
+def test_a_damaged_store_is_an_input_error_naming_it(tmp_path: Path, damage, message: str) -> None:
+    """numpy's own errors (``mmap length is greater than file size``, ``No data left in file``) name no file;
+    a stage prints an InputError as one line naming the file and the stage to rerun."""
+    from lib.io import InputError
+
+    refs = _store(tmp_path)
+    damage(tmp_path / "dev.fbank.npy")
+    with pytest.raises(InputError, match=rf"dev\.fbank\.npy: {message}.*; it is written by the prepare stage"):
+        read_features(tmp_path, refs[-1])
+
+
+def test_check_refs_finds_a_store_too_short_for_its_manifest_before_any_read(tmp_path: Path) -> None:
+    """The dataset checks every reference when it is built: a store cut short (or a manifest of another
+    prepare run) stops the run then, naming the manifest and the file, not at the first batch that reaches it."""
+    from lib.data.store import check_refs
+    from lib.io import InputError
+
+    refs = _store(tmp_path)
+    check_refs(tmp_path, refs, "dev.tsv")  # intact: nothing to say
+    np.save(tmp_path / "dev.fbank.npy", np.zeros((40, 80), np.float32))  # 63 frames written, 40 left
+    with pytest.raises(InputError, match=r"dev\.fbank\.npy: dev\.tsv references 'dev\.fbank\.npy:23:40', past the "
+                                         r"store's 40 frames"):
+        check_refs(tmp_path, refs, "dev.tsv")
+    with pytest.raises(InputError, match=r"dev\.tsv: malformed feature reference 'dev\.fbank\.npy:zz'"):
+        check_refs(tmp_path, ["dev.fbank.npy:zz"], "dev.tsv")
+    with pytest.raises(FileNotFoundError, match=r"other\.npy: feature store missing \(named by dev\.tsv\)"):
+        check_refs(tmp_path, ["other.npy:0:1"], "dev.tsv")

@@ -40,3 +40,28 @@ def test_a_missing_or_foreign_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "cut.pt").write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(RuntimeError, match="cut.pt: cannot load checkpoint"):
         model_file.load_model(tmp_path / "cut.pt")
+
+
+def test_a_file_that_does_not_build_its_model_is_an_input_error(tmp_path: Path) -> None:
+    """A placeholder (the unused shared ASR model), a list, weights of another shape, a config of the wrong
+    type: each an InputError naming the file and the stage to rerun (one line from a stage), not a KeyError,
+    TypeError or load_state_dict's RuntimeError from deep inside the model."""
+    from lib.io import InputError
+
+    model, cfg = _tiny()
+    model_file.save(tmp_path / "placeholder.pt", {"unused": "asr.mode is per_pair"})
+    with pytest.raises(InputError, match=r"placeholder\.pt: not a model checkpoint \(asr\.mode is per_pair\); "
+                                         r"it is written by the train_asr stage"):
+        model_file.load_model(tmp_path / "placeholder.pt", producer="train_asr")
+    model_file.save(tmp_path / "list.pt", [1, 2])
+    with pytest.raises(InputError, match=r"list\.pt: not a model checkpoint \(a list, not a mapping\)"):
+        model_file.read_model_state(tmp_path / "list.pt")
+    weights = model.state_dict()
+    key = next(k for k in weights if k.endswith("fc1.weight"))
+    model_file.save_model(tmp_path / "shape.pt", {**weights, key: weights[key][:, :5].clone()}, cfg)
+    with pytest.raises(InputError, match=rf"shape\.pt: its weights and config do not build a model \(RuntimeError: .*"
+                                         rf"size mismatch for {key}.*train_baseline stage"):
+        model_file.load_model(tmp_path / "shape.pt", producer="train_baseline")
+    model_file.save(tmp_path / "config.pt", {"model": weights, "model_config": {**cfg.to_dict(), "n_heads": "four"}})
+    with pytest.raises(InputError, match=r"config\.pt: its weights and config do not build a model \(TypeError"):
+        model_file.load_model(tmp_path / "config.pt")

@@ -44,3 +44,15 @@ def test_corpus_stats_of_a_hand_made_split(tmp_path: Path) -> None:
     assert arrays["train"]["target_tokens"].tolist() == tokens
     assert (s["target_tokens"]["max"], s["target_tokens"]["min"]) == (max(tokens), min(tokens))
     assert s["target_tokens"]["mean"] == round(sum(tokens) / 5, 2)
+
+
+def test_a_damaged_vocabulary_is_named(tmp_path: Path) -> None:
+    """spm_st.model cut short: an InputError naming it and prepare@<pair>, not SentencePiece's RuntimeError."""
+    from lib.io import InputError
+
+    folder = tmp_path / "en-de"
+    train_sentencepiece(["ein kleiner hund", "der hund schläft", "eine katze"] * 4, folder / "spm_st.model", 30)
+    model = folder / "spm_st.model"
+    model.write_bytes(model.read_bytes()[:50])
+    with pytest.raises(InputError, match=r"spm_st\.model: cannot load SentencePiece model .*prepare@en-de stage"):
+        corpus_stats(folder, ["train"])

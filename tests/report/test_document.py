@@ -32,3 +32,17 @@ def test_the_note_names_the_timed_and_the_current_windows(tmp_path: Path) -> Non
         "F F F 1 11 1 1 13 13 21 3 15; rerun the command above.\n")
     (other / "data/windows/en-de/windows.json").unlink()  # nothing to compare with: no note
     assert efficiency_windows_note(other) == "" == efficiency_windows_note(tmp_path / "no-benchmark")
+
+
+def test_a_damaged_windows_file_is_named(tmp_path: Path) -> None:
+    """The windows file the benchmark's note names, truncated: an InputError naming it and select_windows
+    (the report stage prints it as one line), not a bare 'Expecting value' without a file."""
+    import pytest
+
+    from lib.io import InputError
+
+    root = _root(tmp_path, ["F", "F", "F", 1, 11, 1, 1, 13, 13, 21, 3, 13])
+    path = root / "data/windows/en-de/windows.json"
+    path.write_text(path.read_text(encoding="utf-8")[:30], encoding="utf-8")
+    with pytest.raises(InputError, match=r"windows\.json: not valid JSON .*select_windows"):
+        efficiency_windows_note(root)

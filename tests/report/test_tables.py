@@ -136,3 +136,35 @@ def test_paper_comparison_counts_only_p_strictly_below_005(tmp_path: Path) -> No
     scores, _ = _two_seeds_and_health(tmp_path, 1.0, 50.0, 0.5, "3 5")
     md = paper_comparison_markdown(tmp_path, scores, {"en-de": [{"p_value": 0.05}, {"p_value": 0.0499}]})
     assert "| 1 of 2 |" in md
+
+
+@pytest.mark.parametrize("bleu, shown", [(None, "None"), ("85.6", "'85.6'"), (float("nan"), "nan")])
+def test_a_score_that_is_no_number_names_the_file(tmp_path: Path, bleu, shown: str) -> None:
+    """A metrics file that parses but holds no number under 'bleu': an InputError naming the file and the stage to
+    rerun (the report stage's one line), not float()'s TypeError or a 'nan' deep in the statistics."""
+    from lib.io import InputError
+
+    path = tmp_path / "metrics/baseline/en-de/seed1.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"bleu": bleu, "chrf": 50.0}))
+    with pytest.raises(InputError, match=rf"seed1\.json: 'bleu' is {shown}, not a finite number .*train_baseline@en-de-1"):
+        load_scores(tmp_path, "en-de", "baseline", [1])
+
+
+def test_a_health_file_of_another_shape_names_the_file(tmp_path: Path) -> None:
+    """metrics/health/<pair>/<model>.json with a 'summary' that is no mapping, or (for the ST model) no Algorithm 1
+    windows: an InputError naming the file and the health stage, not an AttributeError or KeyError."""
+    from lib.io import InputError
+    from lib.report.tables import health_markdown, st_health
+
+    for model in ("asr", "st"):
+        path = tmp_path / f"metrics/health/en-de/{model}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"summary": {"c_ii_mean": 0.5}, "algorithm1_windows": "1 3"}))
+    assert "| en-de | ST |" in health_markdown(tmp_path, ["en-de"])
+    (tmp_path / "metrics/health/en-de/asr.json").write_text(json.dumps({"summary": []}))
+    with pytest.raises(InputError, match=r"asr\.json: 'summary' is list, not a mapping .*rerun health_asr@en-de"):
+        health_markdown(tmp_path, ["en-de"])
+    (tmp_path / "metrics/health/en-de/st.json").write_text(json.dumps({"summary": {"c_ii_mean": 0.5}}))
+    with pytest.raises(InputError, match=r"st\.json: no 'algorithm1_windows' .*health_st@en-de"):
+        st_health(tmp_path, "en-de")

@@ -30,3 +30,16 @@ def test_the_last_k_saves_of_the_schedule_not_the_newest_files(averaging, tmp_pa
         averaging.snapshots(tmp_path, 30, 270, 3)
     with pytest.raises(SystemExit, match="its schedule has 2 saves"):
         averaging.snapshots(tmp_path, 200, 270, 3)
+
+
+@pytest.mark.parametrize("params, says", [
+    (None, "data/prepared/en-de/tst-COMMON.tsv: no such manifest (run the prepare stage first)"),
+    ("broken", "params.yaml: not valid YAML"),
+])
+def test_no_prepared_data_or_a_broken_params_file_is_one_line(tmp_path: Path, params, says: str) -> None:
+    """Run in a fresh clone (no pipeline outputs) or with a params.yaml that is not YAML: one error line naming
+    the input, not a traceback."""
+    from tests.tool_tree import BROKEN_PARAMS, one_error_line, run_in, tool_tree
+
+    root = tool_tree(tmp_path, "scripts", BROKEN_PARAMS if params else None)
+    assert says in one_error_line(run_in(root, "scripts/checkpoint_averaging.py", "en-de", "--ks", "1"))

@@ -53,3 +53,10 @@ def test_missing_prepared_data_is_named(tmp_path):
     shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
     with pytest.raises(SystemExit, match=r"en-de/train.tsv: missing; run `dvc repro prepare@en-de`"):
         probe_precision.main(["--params", str(tmp_path / "params.yaml"), "--pairs", "en-de"])
+
+
+def test_a_broken_params_file_is_one_line(tmp_path):
+    from tests.tool_tree import BROKEN_PARAMS, one_error_line, run_in, tool_tree
+
+    root = tool_tree(tmp_path, "scripts", BROKEN_PARAMS)
+    assert "params.yaml: not valid YAML" in one_error_line(run_in(root, "scripts/probe_precision.py", "--repeats", "1"))

@@ -438,3 +438,14 @@ def test_a_second_interrupt_kills_the_stages_without_a_traceback(tmp_path: Path)
     out, err = proc.communicate(timeout=20)  # far less than the stages' 30 s of cleaning up
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert "interrupted again: killing the running stages" in out and "interrupted by SIGINT: stopped a, b" in out, out
+
+
+def test_a_params_file_dvc_cannot_read_is_one_line(tmp_path: Path) -> None:
+    """With -j given the script reads no params itself; DVC's error on a params.yaml it cannot parse was a
+    traceback of 100 lines. Now it is DVC's own message with its cause, on one line."""
+    root = _project(tmp_path / "p", {"a": {"cmd": "echo ${x}"}})
+    (root / "params.yaml").write_text("x: [1\nparallel:\n  jobs: 2\n")
+    proc = _repro(root, "-j", "1", "--dry")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unable to read: 'params.yaml'"), lines

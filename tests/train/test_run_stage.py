@@ -206,3 +206,26 @@ def test_the_thread_count_is_part_of_the_run(prepared: Path, tmp_path: Path, cap
         assert {p.relative_to(spec.paths.live): p.read_text() for p in spec.paths.live.rglob("*.tsv")} == curves != {}
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("state, match", [
+    ({"unused": "asr.mode is per_pair"}, r"not a model to start the encoder from \(asr\.mode is per_pair\)"),
+    ("wrong-shape", r"does not fit this run's model: encoder state dict does not match"),
+])
+def test_an_init_model_that_cannot_start_the_encoder_is_named_before_training(prepared: Path, tmp_path: Path,
+                                                                               state, match: str) -> None:
+    """The ASR model an ST run starts from is a placeholder, or a model of another size: an InputError naming
+    the file (one line from the stage) when the run is set up, before any update; nothing of the run written."""
+    from lib.io import InputError
+    from lib.model import checkpoint as model_file
+    from lib.model.s2t_transformer import model_config
+
+    init = tmp_path / "asr_model.pt"
+    if state == "wrong-shape":
+        cfg = model_config("tiny", vocab_size=40, encoder_layers=1)  # the run's tiny model has more layers
+        model_file.save_model(init, S2TTransformer(cfg), cfg)
+    else:
+        model_file.save(init, state)
+    with pytest.raises(InputError, match=rf"asr_model\.pt: {match}"):
+        run(_spec("st", prepared, tmp_path, init_encoder=init), progress=False)
+    assert not _paths("st", tmp_path).model.exists() and not _paths("st", tmp_path).metrics.exists()

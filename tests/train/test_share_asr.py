@@ -7,8 +7,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from lib.layout import RunPaths
+from lib.model.checkpoint import save_model
+from lib.train import checkpoint as ckpt
+from lib.model.s2t_transformer import model_config
 from lib.train.experiments import local_encoder_attention, share_asr_run, spec_from_params
 
 
@@ -17,7 +21,7 @@ def _asr_run(root: Path) -> RunPaths:
     (src.curves / "train").mkdir(parents=True)
     (src.curves / "train/loss.tsv").write_text("step\tloss\n1\t2.0\n")
     src.run_dir.mkdir(parents=True)
-    src.model.write_bytes(b"\x00model-bytes\xff")
+    save_model(src.model, {"w": torch.zeros(2)}, model_config("demo"))  # a model file: the copy reads it first
     src.decoded.mkdir(parents=True)
     src.hyps().write_text("a b\nc\n")
     src.refs().write_text("a b\nc d\n")
@@ -40,6 +44,49 @@ def test_shared_copy_is_faithful_and_marked(tmp_path: Path) -> None:
     assert out == json.loads(dst.metrics.read_text()) == {"wer": 12.5, "updates": 3, "asr_pretraining": "shared"}
     share_asr_run(src, dst)  # idempotent (a re-run of the stage)
     assert not dst.curves.with_name(dst.curves.name + ".tmp").exists()
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda src: src.model.write_bytes(src.model.read_bytes()[:500]),
+     r"model\.pt: cannot load checkpoint .*train_asr@en-de"),
+    (lambda src: ckpt.save(src.model, {"unused": "x"}), r"model\.pt: not a model checkpoint \(x\)"),
+    (lambda src: src.metrics.write_text('{"wer": 1'), r"en-de\.json: not valid JSON"),
+    (lambda src: src.metrics.write_text("[]"), r"en-de\.json: not a mapping of metrics"),
+])
+def test_a_damaged_asr_run_is_not_copied(tmp_path: Path, damage, match: str) -> None:
+    """A truncated or placeholder model.pt was copied as it was (the stage succeeded and DVC cached the damaged
+    file as train_asr_local's output), and damaged metrics stopped the copy half-way (model and test set
+    already replaced, metrics not): now both stop before the copy changes a file."""
+    from lib.io import InputError
+
+    src = _asr_run(tmp_path)
+    dst = RunPaths(tmp_path, "asr_local", "en-de")
+    share_asr_run(src, dst)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "asr_local" in str(p)}
+    src.hyps().write_text("a newer run\nof train_asr\n")  # what a copy would carry over
+    damage(src)
+    with pytest.raises(InputError, match=match):
+        share_asr_run(src, dst)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "asr_local" in str(p)} == before
+
+
+def test_adopting_the_shared_asr_model_reads_its_metrics_before_decoding(tmp_path: Path) -> None:
+    """metrics/asr_shared.json not a mapping: an InputError naming it before the pair's test set is decoded
+    and written (it used to fail after, in a traceback, with the decoded test set already replaced)."""
+    from lib.io import InputError
+    from lib.train.experiments import adopt_shared_asr
+
+    src = RunPaths(tmp_path, "asr_shared")
+    save_model(src.model, {"w": torch.zeros(2)}, model_config("demo"))
+    src.metrics.parent.mkdir(parents=True, exist_ok=True)
+    src.metrics.write_text("[]")
+    p = SimpleNamespace(asr=SimpleNamespace(shared_pair="en-de"), data=SimpleNamespace(prepared_dir="data/prepared"))
+    with pytest.raises(InputError, match=r"asr_shared\.json: not a mapping of metrics .*train_asr_shared"):
+        adopt_shared_asr(p, tmp_path, "en-es")
+    assert not (tmp_path / "runs/asr/en-es").exists() and not (tmp_path / "data").exists()
+    ckpt.save(src.model, [1])
+    with pytest.raises(InputError, match=r"asr_shared/model\.pt: not a model \(a list\)"):
+        adopt_shared_asr(p, tmp_path, "en-es")
 
 
 def test_shared_copy_needs_the_asr_run(tmp_path: Path) -> None:
