@@ -35,7 +35,7 @@ def _load(root: Path) -> tuple[dict, dict]:
                                                           root / "metrics" / "summary.json")
     for f in files:
         if not f.is_file():
-            raise SystemExit(f"{f}: missing (run `python scripts/time_repro.py --fresh -f` in {root})")
+            raise SystemExit(f"error: {f}: missing (run `python scripts/time_repro.py --fresh -f` in {root})")
     return tuple(json.loads(f.read_text(encoding="utf-8")) for f in files)
 
 
@@ -52,7 +52,7 @@ def seed_metrics_summary(root: Path, systems: tuple[str, ...] = ("baseline", "lo
                 flat.update(summary([load_scores(root, pair_dir.name, system, seeds)]))
                 flat[f"{pair_dir.name}/{system}/seeds"] = seeds
     if not flat:
-        raise SystemExit(f"{root / 'metrics'}: no per-seed ST metrics (metrics/<system>/<pair>/seed<k>.json)")
+        raise SystemExit(f"error: {root / 'metrics'}: no per-seed ST metrics (metrics/<system>/<pair>/seed<k>.json)")
     return flat
 
 
@@ -77,7 +77,7 @@ def quality_table(ref: dict, cand: dict, names: tuple[str, str]) -> tuple[list[s
             if f"{pair}/{system}/bleu" not in cand or f"{pair}/{system}/bleu" not in ref:
                 continue  # --seed-metrics: a system one of the two workspaces did not train
             if ref.get(f"{pair}/{system}/seeds", []) != cand.get(f"{pair}/{system}/seeds", []):
-                raise SystemExit(f"{pair}/{system}: seeds {ref[f'{pair}/{system}/seeds']} against "
+                raise SystemExit(f"error: {pair}/{system}: seeds {ref[f'{pair}/{system}/seeds']} against "
                                  f"{cand[f'{pair}/{system}/seeds']}")
             wer_a, wer_b = ref.get(f"{pair}/asr_wer"), cand.get(f"{pair}/asr_wer")
             if system == "baseline" and wer_a is not None and wer_b is not None:

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     for pair in args.pairs or list(p.pairs):
         prepared = Path(args.params).resolve().parent / p.data.prepared_dir / pair  # the params' workspace
         if not (prepared / "train.tsv").is_file():
-            raise SystemExit(f"{prepared / 'train.tsv'}: missing; run `dvc repro prepare@{pair}` first")
+            raise SystemExit(f"error: {prepared / 'train.tsv'}: missing; run `dvc repro prepare@{pair}` first")
         ds = SpeechDataset(prepared, "train", args.task, max_frames=cfg.max_frames_train,
                            max_target_tokens=cfg.max_target_tokens)
         mcfg = model_config(p.model.size, vocab_size=ds.vocab_size,

@@ -28,9 +28,9 @@ def collect(root: Path) -> dict[str, dict[str, float]]:
                 t = json.loads(f.read_text(encoding="utf-8"))
                 out[key] = {k: float(t[k]) for k in ("train_seconds", "decode_seconds")}
             except (OSError, ValueError, KeyError) as e:
-                raise SystemExit(f"{f}: unreadable timing ({e})") from e
+                raise SystemExit(f"error: {f}: unreadable timing ({e})") from e
     if not out:
-        raise SystemExit(f"{root / 'runs'}: no ST run timing found (runs/baseline/<pair>/seed<n>/timing.json)")
+        raise SystemExit(f"error: {root / 'runs'}: no ST run timing found (runs/baseline/<pair>/seed<n>/timing.json)")
     return out
 
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 loaded.append(json.loads(f.read_text(encoding="utf-8")))
             except (OSError, ValueError) as e:
-                sys.exit(f"{f}: {e}")
+                sys.exit(f"error: {f}: {e}")
         print("\n".join(compare(*loaded)))
 
 

@@ -51,7 +51,7 @@ def test_each_pair_is_probed_as_a_run_would_and_the_cache_is_left_alone(tmp_path
 
 def test_missing_prepared_data_is_named(tmp_path):
     shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
-    with pytest.raises(SystemExit, match=r"en-de/train.tsv: missing; run `dvc repro prepare@en-de`"):
+    with pytest.raises(SystemExit, match=r"^error: .*en-de/train.tsv: missing; run `dvc repro prepare@en-de`"):
         probe_precision.main(["--params", str(tmp_path / "params.yaml"), "--pairs", "en-de"])
 
 

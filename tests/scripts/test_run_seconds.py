@@ -36,7 +36,7 @@ def test_collect_and_compare(tmp_path, capsys):
 
 
 def test_collect_names_the_bad_file(tmp_path):
-    with pytest.raises(SystemExit, match="no ST run timing"):
+    with pytest.raises(SystemExit, match="^error: .*no ST run timing"):
         run_seconds.collect(tmp_path)
     d = tmp_path / "runs" / "baseline" / "en-de" / "seed1"
     d.mkdir(parents=True)
