@@ -141,4 +141,6 @@ def _emit(text: str, md: Path | None) -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    sys.exit(main())
+    from lib.cli import run_tool
+
+    run_tool(main)

@@ -205,6 +205,8 @@ def _open(path: Path) -> np.ndarray:
     try:
         arr = np.load(path, mmap_mode="r")
     except (ValueError, EOFError, OSError) as e:  # truncated, empty, not .npy: numpy's messages name no file
+        if isinstance(e, OSError) and e.errno in (errno.ENOMEM, errno.EMFILE, errno.ENFILE):
+            raise  # the machine, not the file: rewriting it would not help
         raise InputError(f"{path}: not a readable feature store ({e}){_REMEDY}") from None
     if arr.ndim != 2 or arr.dtype != np.float32:
         raise InputError(f"{path}: not a feature store (shape {arr.shape}, dtype {arr.dtype}){_REMEDY}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from lib.io import atomic_write_bytes
+from lib.io import InputError, atomic_write_bytes
 
 BOS_ID, PAD_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SEED = 1234
@@ -89,7 +89,8 @@ def load_sentencepiece(model_path: Path) -> spm.SentencePieceProcessor:
     try:
         sp = spm.SentencePieceProcessor(model_file=str(model_path))
     except (OSError, RuntimeError) as e:
-        raise ValueError(f"{model_path}: cannot load SentencePiece model: {e}") from None
+        raise InputError(f"{model_path}: cannot load SentencePiece model: {e}; the stage that trained it "
+                         f"(prepare or prepare_multi) writes it again") from None
     ids = (sp.bos_id(), sp.pad_id(), sp.eos_id(), sp.unk_id())
     if ids != (BOS_ID, PAD_ID, EOS_ID, UNK_ID):
         raise ValueError(f"{model_path}: special ids (bos, pad, eos, unk) = {ids}, expected (0, 1, 2, 3)")

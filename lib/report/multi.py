@@ -260,5 +260,7 @@ def multi_section(root: Path, mp: MultiParams, pairs: Sequence[str], seeds: Sequ
         for seed in mp.seeds:
             folder = layout.multi_plots(root, system, seed)
             for png in sorted(folder.glob("*.png")) if folder.is_dir() else []:
+                if png.name == "head_sharing_none.png":  # a system without head selection: nothing to show here
+                    continue
                 parts.append((figures or Figures(root)).link(png, f"{system} seed {seed} {png.stem}"))
     return "\n".join(parts), flat

@@ -1,6 +1,7 @@
 """Feature store: one memory-mappable .npy per split, references '<file>:<start>:<n>'."""
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -171,3 +172,24 @@ def test_check_refs_finds_a_store_too_short_for_its_manifest_before_any_read(tmp
         check_refs(tmp_path, ["dev.fbank.npy:zz"], "dev.tsv")
     with pytest.raises(FileNotFoundError, match=r"other\.npy: feature store missing \(named by dev\.tsv\)"):
         check_refs(tmp_path, ["other.npy:0:1"], "dev.tsv")
+
+
+@pytest.mark.parametrize("code, machine", [(errno.ENOMEM, True), (errno.EMFILE, True), (errno.EIO, False)])
+def test_the_machine_failing_to_map_a_store_is_not_blamed_on_the_file(tmp_path: Path, monkeypatch, code: int,
+                                                                      machine: bool) -> None:
+    """Out of memory or of file handles is the machine's: it keeps its OSError (rewriting the intact file
+    would not help); another OSError from opening the store names the file as damaged."""
+    from lib.data import store
+    from lib.io import InputError
+
+    refs = _store(tmp_path)
+    store._handles.clear()
+
+    def fail(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(store.np, "load", fail)
+    expected = OSError if machine else InputError
+    with pytest.raises(expected) as info:
+        read_features(tmp_path, refs[0])
+    assert isinstance(info.value, InputError) is not machine

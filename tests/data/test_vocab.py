@@ -48,7 +48,9 @@ def test_errors(tmp_path: Path) -> None:
         train_sentencepiece(["".join(chr(0x61 + i) for i in range(26))], tmp_path / "x.model", 10)
     assert not (tmp_path / "x.model").exists()
     (tmp_path / "junk.model").write_bytes(b"not a model")
-    with pytest.raises(ValueError, match="junk.model"):
+    from lib.io import InputError
+
+    with pytest.raises(InputError, match="junk.model: cannot load SentencePiece model.*prepare or prepare_multi"):
         load_sentencepiece(tmp_path / "junk.model")
 
 

@@ -121,7 +121,14 @@ def test_multi_section_deltas_and_bilingual_reference_from_the_files(tmp_path) -
             path = RunPaths(tmp_path, "baseline", pair, seed).metrics
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"bleu": b}))
+    from lib import layout
+
+    for name in ("head_sharing_none.png", "other.png"):  # a system without selection: its placeholder is not shown
+        folder = layout.multi_plots(tmp_path, "baseline", 1)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"\x89PNG\r\n\x1a\n")
     md, flat = multi_section(tmp_path, MultiParams(systems=["baseline", "baseline_h8"], seeds=[1, 2]), pairs, [1, 2, 3])
+    assert "head_sharing_none" not in md and "baseline seed 1 other" in md
     # per seed +1, +3: mean +2.00, t(1) · 1.414 / √2 = 12.71
     assert flat["multi/baseline_h8/delta_avg_bleu"] == 2.0 and flat["multi/baseline_h8/delta_avg_bleu_ci95"] == 12.71
     assert flat["multi/baseline_h8/avg_bleu"] == 13.0 and flat["multi/baseline_h8/avg_bleu_std"] == 2.83
