@@ -118,15 +118,9 @@ run_stage(main)
     assert proc.stderr.strip().splitlines() == ["error: train set too small for one update (3 segments): lower update_freq"]
 
 
-@pytest.mark.parametrize("reads, says", [
-    # the corpus_stats stage run by hand before prepare: SentencePiece's own error was a RuntimeError
-    ("from lib.report.corpus_stats import corpus_stats; corpus_stats(Path(sys.argv[1]) / 'en-de', ['train'])",
-     "en-de/spm_st.model: missing; it is written by the prepare@en-de stage"),
-    # a training stage run by hand before prepare
-    ("from lib.data.dataset import SpeechDataset; SpeechDataset(Path(sys.argv[1]) / 'en-de', 'train', 'st')",
-     "en-de/train.tsv: no such manifest (run the prepare stage first)"),
-])
-def test_a_missing_input_is_one_line_naming_it(tmp_path: Path, reads: str, says: str) -> None:
+def _stage_error_lines(tmp_path: Path, reads: str) -> list[str]:
+    """Run ``reads`` as a stage's main under ``run_stage`` (``sys.argv[1]`` = ``tmp_path``); it must fail with
+    exit 1 and no traceback: the lines of its stderr."""
     stage = f"""
 import sys
 from pathlib import Path
@@ -141,7 +135,19 @@ run_stage(main)
     proc = subprocess.run([sys.executable, "-c", stage, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    return proc.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize("reads, says", [
+    # the corpus_stats stage run by hand before prepare: SentencePiece's own error was a RuntimeError
+    ("from lib.report.corpus_stats import corpus_stats; corpus_stats(Path(sys.argv[1]) / 'en-de', ['train'])",
+     "en-de/spm_st.model: missing; it is written by the prepare@en-de stage"),
+    # a training stage run by hand before prepare
+    ("from lib.data.dataset import SpeechDataset; SpeechDataset(Path(sys.argv[1]) / 'en-de', 'train', 'st')",
+     "en-de/train.tsv: no such manifest (run the prepare stage first)"),
+])
+def test_a_missing_input_is_one_line_naming_it(tmp_path: Path, reads: str, says: str) -> None:
+    lines = _stage_error_lines(tmp_path, reads)
     assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path}/") and lines[0].endswith(says), lines
 
 
@@ -183,19 +189,5 @@ def test_a_damaged_prepared_file_or_model_is_one_line_naming_it(tmp_path: Path, 
     (model.pt), damaged: one line naming the file, exit 1, as a truncated JSON; these were tracebacks (numpy's
     and SentencePiece's errors name no remedy, the manifest's and the model file's were plain ValueErrors)."""
     damage(tmp_path)
-    stage = f"""
-import sys
-from pathlib import Path
-sys.path.insert(0, {str(REPO / 'stages')!r})
-from _common import run_stage
-
-def main() -> None:
-    {reads}
-
-run_stage(main)
-"""
-    proc = subprocess.run([sys.executable, "-c", stage, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    lines = _stage_error_lines(tmp_path, reads)
     assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path}/") and says in lines[0], lines

@@ -20,7 +20,8 @@ def tsv_writer(f: Any) -> Any:
                       lineterminator="\n")
 
 
-_REMEDY = "; it is written by the prepare stage: `dvc repro` writes it again"
+PREPARE_REMEDY = "; it is written by the prepare stage: `dvc repro` writes it again"
+"""What a message about a damaged prepared file ends with (the feature store's too)."""
 
 
 def read_manifest(path: Path) -> list[dict[str, str]]:
@@ -31,16 +32,16 @@ def read_manifest(path: Path) -> list[dict[str, str]]:
         with open(path, encoding="utf-8", newline="") as f:
             header = f.readline().rstrip("\n").split("\t")
             if tuple(header) != MANIFEST_COLUMNS:
-                raise InputError(f"{path}: header {header} is not {list(MANIFEST_COLUMNS)}{_REMEDY}")
+                raise InputError(f"{path}: header {header} is not {list(MANIFEST_COLUMNS)}{PREPARE_REMEDY}")
             rows = []
             for lineno, line in enumerate(f, start=2):
                 fields = line.rstrip("\n").split("\t")
                 if len(fields) != len(MANIFEST_COLUMNS):
-                    raise InputError(f"{path}:{lineno}: {len(fields)} fields, expected {len(MANIFEST_COLUMNS)}{_REMEDY}")
+                    raise InputError(f"{path}:{lineno}: {len(fields)} fields, expected {len(MANIFEST_COLUMNS)}{PREPARE_REMEDY}")
                 row = dict(zip(MANIFEST_COLUMNS, fields))
                 if not (row["n_frames"].isascii() and row["n_frames"].isdigit()):
-                    raise InputError(f"{path}:{lineno}: n_frames {row['n_frames']!r} is not a count of frames{_REMEDY}")
+                    raise InputError(f"{path}:{lineno}: n_frames {row['n_frames']!r} is not a count of frames{PREPARE_REMEDY}")
                 rows.append(row)
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text ({e.reason}){_REMEDY}") from None
+        raise InputError(f"{path}: not UTF-8 text ({e.reason}){PREPARE_REMEDY}") from None
     return rows

@@ -29,9 +29,9 @@ from typing import Iterable
 import numpy as np
 from numpy.lib.format import open_memmap
 
+from lib.data.manifest import PREPARE_REMEDY
 from lib.io import InputError
 
-_REMEDY = "; it is written by the prepare stage: `dvc repro` writes it again"
 
 
 SPACE_MARGIN_BYTES = 64 * 1024**2
@@ -207,9 +207,9 @@ def _open(path: Path) -> np.ndarray:
     except (ValueError, EOFError, OSError) as e:  # truncated, empty, not .npy: numpy's messages name no file
         if isinstance(e, OSError) and e.errno in (errno.ENOMEM, errno.EMFILE, errno.ENFILE):
             raise  # the machine, not the file: rewriting it would not help
-        raise InputError(f"{path}: not a readable feature store ({e}){_REMEDY}") from None
+        raise InputError(f"{path}: not a readable feature store ({e}){PREPARE_REMEDY}") from None
     if arr.ndim != 2 or arr.dtype != np.float32:
-        raise InputError(f"{path}: not a feature store (shape {arr.shape}, dtype {arr.dtype}){_REMEDY}")
+        raise InputError(f"{path}: not a feature store (shape {arr.shape}, dtype {arr.dtype}){PREPARE_REMEDY}")
     _handles[key] = arr
     while len(_handles) > _CACHE_SIZE:
         _handles.popitem(last=False)
@@ -227,7 +227,7 @@ def read_features(store_dir: Path, ref: str) -> np.ndarray:
     path = Path(store_dir) / name
     arr = _open(path)
     if start + n > arr.shape[0]:
-        raise InputError(f"{path}: reference {ref!r} is out of range (store has {arr.shape[0]} frames){_REMEDY}")
+        raise InputError(f"{path}: reference {ref!r} is out of range (store has {arr.shape[0]} frames){PREPARE_REMEDY}")
     return np.array(arr[start : start + n], dtype=np.float32, copy=True)
 
 
@@ -242,14 +242,14 @@ def check_refs(store_dir: Path, refs: Iterable[str], where: str) -> None:
         try:
             name, start, n = parse_ref(ref)
         except InputError as e:
-            raise InputError(f"{where}: {e}{_REMEDY}") from None
+            raise InputError(f"{where}: {e}{PREPARE_REMEDY}") from None
         if start + n > ends.get(name, (-1, ""))[0]:
             ends[name] = (start + n, ref)
     for name, (end, ref) in ends.items():
         path = Path(store_dir) / name
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: feature store missing (named by {where}){_REMEDY}")
+            raise FileNotFoundError(f"{path}: feature store missing (named by {where}){PREPARE_REMEDY}")
         rows = _open(path).shape[0]
         if end > rows:
             raise InputError(f"{path}: {where} references {ref!r}, past the store's {rows} frames (a truncated "
-                             f"or replaced store){_REMEDY}")
+                             f"or replaced store){PREPARE_REMEDY}")
