@@ -27,10 +27,12 @@ forward and backward, the once-per-update reads and the optimizer), ``ratio`` = 
 (CUDA only) a first run of ``auto``, before the timed modes (so that a run cut short by a time limit
 still has it), under ``torch.cuda.set_sync_debug_mode("warn")`` counts the synchronising calls per
 update and names where they come from (``loop_syncs``): by design once per update (the loss parts,
-the gradient norm), never per batch or per utterance.
+the gradient norm), never per batch or per utterance. With ``--oom-check`` (CUDA only; next, before
+the timed modes) a folded update runs out of memory for real under a capped memory fraction and the
+run goes on accumulating (``oom_recovery``, :func:`oom_figure`).
 
 Usage:  python benchmarks/gpu_loop.py [--updates 10] [--warmup 3] [--utterances 4000] [--vocab 8000]
-                                      [--sync-check] [--data DIR] [--cpu-smoke]
+                                      [--sync-check] [--oom-check] [--data DIR] [--cpu-smoke]
 """
 from __future__ import annotations
 
@@ -159,9 +161,55 @@ def sync_figure(args, device: torch.device, size: str, cfg: TrainConfig, amp: st
          most_per_update=max(per_update, default=0), sites=dict(sites.most_common(12)))
 
 
+def oom_figure(device: torch.device, size: str, cfg: TrainConfig, amp: str, data: Path, out: Path,
+               updates: int = 4) -> None:
+    """``oom_recovery`` (CUDA): a real out-of-memory error in a folded update, and the run going on.
+
+    An ``accumulated`` run of ``updates`` updates measures its peak; the process is then capped at 1.5
+    times that (``torch.cuda.set_per_process_memory_fraction``), which an accumulated update fits and the
+    folded update of 8 batches does not, while ``fold_update: auto`` still reads the card's whole memory
+    and decides to fold after its first (measured) update. The ``auto`` run must run out of memory
+    there, fall back to accumulating (``gave_up`` in last.pt) and end all its updates under the cap,
+    with the accumulated run's losses up to the card's nondeterminism (bf16, atomics in the backward)."""
+    import gc
+    if device.type != "cuda":
+        emit(figure="oom_recovery", skipped="needs CUDA (a capped memory fraction)")
+        return
+    small = TrainConfig(**{**cfg.__dict__, "max_updates": updates, "eval_every": updates, "save_every": updates})
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    acc = run_mode("accumulated", data, out / "oom", device, size, small, amp)
+    peak = torch.cuda.max_memory_allocated(device)
+    total = torch.cuda.get_device_properties(device).total_memory
+    cap = int(1.5 * peak)
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(cap / total, device)
+    fields: dict = {"figure": "oom_recovery", "dtype": amp, "update_freq": cfg.update_freq, "updates": updates,
+                    "accumulated_peak_gib": round(peak / 2**30, 2), "cap_gib": round(cap / 2**30, 2)}
+    t = time.perf_counter()
+    try:
+        torch.cuda.reset_peak_memory_stats(device)
+        auto = run_mode("auto", data, out / "oom", device, size, small, amp)
+    except torch.cuda.OutOfMemoryError as e:  # the fallback failed: the figure says so
+        emit(**fields, error=f"OutOfMemoryError: {str(e).splitlines()[0][:200]}")
+        return
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+    state = torch.load(out / "oom" / "auto" / "checkpoints" / "last.pt", weights_only=True, map_location="cpu")
+    a, b = acc["summary"]["history"][-1], auto["summary"]["history"][-1]
+    emit(**fields, seconds=round(time.perf_counter() - t, 1), auto_peak_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
+         fold_state=state.get("fold"), updates_done=auto["summary"]["updates"],
+         dev_loss_accumulated=round(a["dev/loss"], 4), dev_loss_auto=round(b["dev/loss"], 4),
+         dev_loss_rel_diff=round(abs(b["dev/loss"] - a["dev/loss"]) / abs(a["dev/loss"]), 5))
+
+
 def figures(args, device: torch.device, size: str, cfg: TrainConfig, amp: str, data: Path, out: Path) -> None:
     if args.sync_check and device.type == "cuda":  # first: a run cut short by its time limit still has it
         sync_figure(args, device, size, cfg, amp, data, out)
+    if args.oom_check:
+        oom_figure(device, size, cfg, amp, data, out)
     base_ms = None
     for mode in MODES:
         r = run_mode(mode, data, out, device, size, cfg, amp)
@@ -182,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--utterances", type=int, default=4000, help="training utterances of the synthetic corpus")
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--sync-check", action="store_true", help="count synchronising calls per update (CUDA)")
+    ap.add_argument("--oom-check", action="store_true",
+                    help="a folded update run out of memory under a capped memory fraction, and the run going on (CUDA)")
     ap.add_argument("--data", type=Path, help="keep the synthetic corpus here (reused when it has train.tsv)")
     ap.add_argument("--cpu-smoke", action="store_true", help="every mode on the CPU at tiny shapes (no figures)")
     args = ap.parse_args(argv)

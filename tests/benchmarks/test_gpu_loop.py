@@ -80,3 +80,14 @@ def test_sync_figure_counts_the_synchronising_calls_of_each_update(tmp_path: Pat
     # 6 updates, 5 intervals between their starts, the first 1 dropped as warm-up
     assert syncs["per_update"] == [1, 1, 1, 1] and syncs["most_per_update"] == 1
     assert list(syncs["sites"]) == [f"{Path(__file__).name}:{reading.__code__.co_firstlineno + 1}"]
+
+
+def test_oom_check_says_it_needs_cuda_on_a_cpu(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``--oom-check`` caps the process's CUDA memory, which a CPU has not: the figure is a skip line, and
+    the other figures still come."""
+    assert gpu_loop.main(["--cpu-smoke", "--oom-check", "--updates", "1", "--warmup", "1",
+                          "--data", str(tmp_path / "d")]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    oom = [d for d in lines if d["figure"] == "oom_recovery"]
+    assert oom == [{"figure": "oom_recovery", "skipped": "needs CUDA (a capped memory fraction)"}]
+    assert [d["mode"] for d in lines if d["figure"] == "loop"] == list(gpu_loop.MODES)
