@@ -183,9 +183,10 @@ def oom_figure(device: torch.device, size: str, cfg: TrainConfig, amp: str, data
     peak = torch.cuda.max_memory_allocated(device)
     total = torch.cuda.get_device_properties(device).total_memory
     cap = int(1.5 * peak)
+    index = device.index if device.index is not None else torch.cuda.current_device()
     gc.collect()
     torch.cuda.empty_cache()
-    torch.cuda.set_per_process_memory_fraction(cap / total, device)
+    torch.cuda.set_per_process_memory_fraction(cap / total, index)
     fields: dict = {"figure": "oom_recovery", "dtype": amp, "update_freq": cfg.update_freq, "updates": updates,
                     "accumulated_peak_gib": round(peak / 2**30, 2), "cap_gib": round(cap / 2**30, 2)}
     t = time.perf_counter()
@@ -196,7 +197,7 @@ def oom_figure(device: torch.device, size: str, cfg: TrainConfig, amp: str, data
         emit(**fields, error=f"OutOfMemoryError: {str(e).splitlines()[0][:200]}")
         return
     finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.set_per_process_memory_fraction(1.0, index)
     state = torch.load(out / "oom" / "auto" / "checkpoints" / "last.pt", weights_only=True, map_location="cpu")
     a, b = acc["summary"]["history"][-1], auto["summary"]["history"][-1]
     emit(**fields, seconds=round(time.perf_counter() - t, 1), auto_peak_gib=round(torch.cuda.max_memory_allocated(device) / 2**30, 2),
