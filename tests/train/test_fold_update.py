@@ -361,12 +361,13 @@ def test_cuda_training_step_has_no_sync_per_batch(fold, ctc_weight):
         from lib.train.objectives import ctc_loss
         b = steps[0]
         logits = torch.randn(b.feats.shape[0], 8, 11, device="cuda", requires_grad=True)
-        enc_lengths = torch.full((b.feats.shape[0],), 8)
+        enc_lengths, target = torch.full((b.feats.shape[0],), 8), b.target.cuda()  # (a copy that waits)
+        torch.cuda.synchronize()
         with warnings.catch_warnings(record=True) as alone:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
-                ctc_loss(logits, enc_lengths, b.target.cuda(), b.target_lengths, blank=0).backward()
+                ctc_loss(logits, enc_lengths, target, b.target_lengths, blank=0).backward()
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         own = [f"{Path(w.filename).name}:{w.lineno}" for w in alone if "synchroniz" in str(w.message)]
