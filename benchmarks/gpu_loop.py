@@ -16,9 +16,12 @@ Modes, each a fresh model from the same seed, ``--updates`` timed updates after 
 
 - ``accumulated_serial``: ``fold_update: off``, batches collated after each update (``prefetch``
   off): the loop without its background collation;
-- ``accumulated``: ``fold_update: off``, the next update's batches collated while this one runs;
+- ``accumulated``: ``fold_update: off``, the next update's batches collated while this one runs
+  (``data_workers: auto``: in worker processes, lib/train/feed.py);
 - ``folded``: ``fold_update: on`` (the update's 8 batches as one), prefetch on;
-- ``auto``: ``fold_update: auto``, the default: folds where the measured memory says it fits.
+- ``auto``: ``fold_update: auto``, the default: folds where the measured memory says it fits;
+- ``auto_thread``: ``auto`` with ``data_workers: 0``: the batches collated in one background thread,
+  as the loop did before its worker processes.
 
 One JSON line per mode: ``ms_per_update`` (median over the timed updates; an update is the time
 between the starts of two updates, so it holds the batches' collation where it is not hidden, the
@@ -66,11 +69,12 @@ from lib.params import TrainConfig  # noqa: E402
 from lib.precision import configure_cuda  # noqa: E402
 from lib.train.loop import train  # noqa: E402
 
-MODES = {  # name: (fold_update, prefetch)
-    "accumulated_serial": ("off", False),
-    "accumulated": ("off", True),
-    "folded": ("on", True),
-    "auto": ("auto", True),
+MODES = {  # name: (fold_update, prefetch, data_workers)
+    "accumulated_serial": ("off", False, 0),
+    "accumulated": ("off", True, "auto"),
+    "folded": ("on", True, "auto"),
+    "auto": ("auto", True, "auto"),
+    "auto_thread": ("auto", True, 0),
 }
 
 
@@ -121,8 +125,8 @@ def run_mode(mode: str, data: Path, out: Path, device: torch.device, size: str, 
              sync_check: bool = False) -> dict:
     """Train ``cfg.max_updates`` updates in ``mode``; returns the update start times and, with
     ``sync_check``, the synchronising calls recorded between the starts of two updates."""
-    fold, prefetch = MODES[mode]
-    cfg = TrainConfig(**{**cfg.__dict__, "fold_update": fold})
+    fold, prefetch, workers = MODES[mode]
+    cfg = TrainConfig(**{**cfg.__dict__, "fold_update": fold, "data_workers": workers})
     train_ds = SpeechDataset(data, "train", "st", max_frames=cfg.max_frames_train, max_target_tokens=cfg.max_target_tokens)
     dev_ds = SpeechDataset(data, "dev", "st")
     model = paper_model(size, train_ds.vocab_size)

@@ -98,11 +98,11 @@ part tests 95 "$out/tests.log" python3 -m pytest -v -p no:cacheprovider -o addop
   tests/decode/test_beam_search.py tests/train/test_objectives.py tests/model/test_head_selection.py -k "cuda or attention_paths or fold_update"
 
 # 3. the benchmark (its own budget: 140 s of parts, then it skips the rest)
-part bench 190 "$out/bench.jsonl" python3 benchmarks/gpu.py --budget 140
+part bench 175 "$out/bench.jsonl" python3 benchmarks/gpu.py --budget 140
 [ -f "$out/bench.jsonl" ] && { grep -v '^{' "$out/bench.jsonl" >"$out/bench.err" || true; }
 
 # 4. the real loop with data loading, and its syncs per update
-part loop 135 "$out/loop.jsonl" python3 benchmarks/gpu_loop.py --updates 8 --warmup 3 --sync-check --oom-check
+part loop 150 "$out/loop.jsonl" python3 benchmarks/gpu_loop.py --updates 8 --warmup 3 --sync-check --oom-check
 
 # 5. the paper profile through `dvc repro` on CUDA
 part paper_profile 120 "$out/paper.log" python3 -m pytest -v -p no:cacheprovider -o addopts= -o faulthandler_timeout=120 -rs --durations=10 tests/test_paper_profile.py

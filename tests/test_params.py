@@ -247,6 +247,8 @@ def test_multi_max_updates_follows_the_bilingual_length(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("key, value, needle", [
     ("train_st.variant_lr", 0.01, r"train_st\.variant_lr"),
+    ("train_st.data_workers", -1, r"train_st\.data_workers must be an integer >= 0 or 'auto'"),
+    ("train_asr.data_workers", "many", r"train_asr\.data_workers must be an integer >= 0 or 'auto'"),
     ("smoothing.variant_lr", 0.0, r"smoothing\.variant_lr"),
     ("multi.head_selection.variant_lr", -1.0, r"multi\.head_selection\.variant_lr"),
     ("multi.head_selection.estimator", "straight", r"multi\.head_selection\.estimator"),

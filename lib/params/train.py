@@ -75,6 +75,10 @@ class TrainConfig:
     # (lib.train.distributed.init_distributed), so DVC records the run like any other. update_freq stays
     # the whole update's batches, split among the processes (it must divide by this).
     processes: int = 1
+    # Worker processes that collate the training batches while the GPU trains (lib/train/feed.py): auto =
+    # on CUDA the host's cores per GPU less 2, at most 8; 0 = one background thread. A CPU run collates
+    # in its own process whatever this says (its bits never move). Not fingerprinted: it changes no batch.
+    data_workers: int | str = "auto"
     # The peak lr of the attention variants' own parameters (head-selection logits, band-prior logits,
     # predicted-gate vector and bias: lib.model.attention.VariantParameter), one optimizer group
     # outside encoder_lr_scale / encoder_layer_lr_decay and weight decay, on this run's lr schedule
@@ -103,6 +107,8 @@ class TrainConfig:
                     raise ValueError(f"{prefix}.{name} must be an integer >= 1 or 'auto', got {value!r}")
             elif value < 1:
                 raise ValueError(f"{prefix}.{name} must be >= 1, got {value}")
+        if self.data_workers != "auto" and not (isinstance(self.data_workers, int) and self.data_workers >= 0):
+            raise ValueError(f"{prefix}.data_workers must be an integer >= 0 or 'auto', got {self.data_workers!r}")
         if self.update_freq % self.processes:
             raise ValueError(f"{prefix}.update_freq ({self.update_freq}) is the whole update's batches, split among "
                              f"{prefix}.processes ({self.processes}): it must divide by it (e.g. processes "

@@ -25,10 +25,10 @@ same update as ``n`` processes with the same ``update_freq``.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -46,6 +46,7 @@ from lib.train.distributed import dist_info, init_distributed  # noqa: F401 (re-
 from lib.train.resume import Preempted, Resume, StopOnSigterm, decide_resume, train_config_dict  # noqa: F401 (re-exported)
 from lib.model.attention import variant_parameters
 from lib.train.criterion import Criterion, HostCounts  # noqa: F401 (Criterion, HostCounts re-exported)
+from lib.train.feed import BatchJob, UpdateFeed, resolve_data_workers
 from lib.train.fold import (  # noqa: F401 (the fold's names re-exported)
     FOLD_MARGIN, FOLD_MEMORY_SHARE, FoldPolicy, _forward_backward, _update_gradients, merge_batches)
 from lib.train.objectives import ctc_weight_at, learning_rate, token_loss
@@ -366,10 +367,11 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
     ``set_num_updates``; head selection's τ and noise schedule: ``HeadSelectionTraining.set_num_updates``).
     The loop knows no variant: what a variant changes in training reaches it through these two. Put
     them into ``run_config`` too (they change the run).
-    ``prefetch``: collate the next update's batches in a background thread (pinned, for asynchronous
-    copies) while this update runs; None: on CUDA only, where the GPU would otherwise wait for the host
-    (memory-mapped reads, normalisation, SpecAugment). The batches are the same either way: SpecAugment
-    draws from a generator seeded by the batch's place, never from the global RNG.
+    ``prefetch``: collate the next update's batches while this update runs (pinned, for asynchronous
+    copies), in ``cfg.data_workers`` worker processes or a background thread (lib/train/feed.py);
+    None: on CUDA only, where the GPU would otherwise wait for the host (memory-mapped reads,
+    normalisation, SpecAugment). The batches are the same either way: SpecAugment draws from a
+    generator seeded by the batch's place, never from the global RNG.
     ``fork_at``: also write the full training state after that update to ``checkpoints/fork.pt``
     (``local.asr_pretraining: fork``: another run continues from it with another attention spec,
     passed as ``Resume(..., state=<fork.pt>, fork=True)``). It does not change the training.
@@ -409,31 +411,28 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
         folding.load_state(resume.state.get("fold"))
     specaug = SpecAugmentConfig(time_mask_p=cfg.specaug_time_p) if cfg.specaugment else None
 
-    def collate_update(epoch: int, group_in_epoch: int) -> list:
-        """This process's batches of update group ``group_in_epoch`` of ``epoch``."""
+    def update_jobs(epoch: int, group_in_epoch: int) -> list[BatchJob]:
+        """This process's batches of update group ``group_in_epoch`` of ``epoch``, to collate."""
         mine = groups[group_in_epoch][rank * per_rank:(rank + 1) * per_rank]
-        out = []
-        for b, idx in enumerate(mine):
-            # Seeded by the batch's place in the update group (not by which rank holds it), so
-            # n ranks draw the same masks as 1 process with the same update_freq;
-            # with one process this is the same seed as (rank=0, b).
-            pos = rank * per_rank + b
-            gen = torch.Generator().manual_seed(_batch_seed(cfg.seed, epoch, group_in_epoch, 0, pos))
-            batch = collate(train_ds, idx, specaugment=specaug, generator=gen,
-                            pad_frames_to=pad_frames_to, pad_tokens_to=pad_tokens_to)
-            out.append(batch.pin_memory() if pin else batch)
-        return out
+        # Seeded by the batch's place in the update group (not by which rank holds it), so n ranks
+        # draw the same masks as 1 process with the same update_freq; with one process this is the
+        # same seed as (rank=0, b).
+        return [BatchJob(tuple(idx), _batch_seed(cfg.seed, epoch, group_in_epoch, 0, rank * per_rank + b))
+                for b, idx in enumerate(mine)]
 
     prefetch = device.type == "cuda" if prefetch is None else prefetch
-    pin = prefetch and device.type == "cuda"
-    pool = ThreadPoolExecutor(1, thread_name_prefix="collate") if prefetch else None
-    ahead: tuple[tuple[int, int], Any] | None = None  # the next update's (epoch, group) and its future
+    workers = resolve_data_workers(cfg.data_workers, device) if prefetch else 0
+    feed = UpdateFeed(train_ds, specaugment=specaug, pad_frames_to=pad_frames_to, pad_tokens_to=pad_tokens_to,
+                      prefetch=prefetch, pin=prefetch and device.type == "cuda", workers=workers, say=say)
+    if feed.workers:
+        say(f"data_workers: collating the training batches in {feed.workers} worker processes")
 
     model.train()
     bar = tqdm(total=cfg.max_updates, initial=st.update, desc=f"train {Path(out_dir).name}", unit="upd",
                disable=not progress or rank != 0, dynamic_ncols=True)
     frames_seen, t0 = 0, time.perf_counter()
-    with StopOnSigterm() as sigterm:  # SIGTERM: finish the update, save, stop
+    # SIGTERM: finish the update, save, stop; the feed's workers and thread end with the loop, however it ends
+    with StopOnSigterm() as sigterm, contextlib.closing(feed):
         while st.update < cfg.max_updates:
             groups = _update_groups(train_ds, cfg, st.epoch)
             if not groups:
@@ -448,13 +447,9 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                 for hook in update_hooks:  # u = updates completed so far (resume-safe)
                     hook(st.update)
                 # on the host: their sizes are read here without waiting for the GPU
-                if ahead is not None and ahead[0] == (st.epoch, st.group_in_epoch):
-                    batches = ahead[1].result()
-                else:
-                    batches = collate_update(st.epoch, st.group_in_epoch)
-                ahead = None
-                if pool is not None and st.group_in_epoch + 1 < len(groups) and st.update + 1 < cfg.max_updates:
-                    ahead = ((st.epoch, st.group_in_epoch + 1), pool.submit(collate_update, st.epoch, st.group_in_epoch + 1))
+                batches = feed.get((st.epoch, st.group_in_epoch), update_jobs(st.epoch, st.group_in_epoch))
+                if st.group_in_epoch + 1 < len(groups) and st.update + 1 < cfg.max_updates:
+                    feed.prefetch((st.epoch, st.group_in_epoch + 1), update_jobs(st.epoch, st.group_in_epoch + 1))
                 local_tokens = sum(x.n_target_tokens for x in batches)
                 tokens = torch.full((), float(local_tokens), device=device)  # a fill kernel: no host-to-device copy to wait for
                 if world > 1:
@@ -514,8 +509,6 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                 st.epoch += 1
                 st.group_in_epoch = 0
     bar.close()
-    if pool is not None:
-        pool.shutdown(wait=True)
     if rank == 0:
         snaps = _kept_snapshots(snap_dir, cfg, st.update, snapshots_from)
         missing = [p.name for p in snaps if not p.is_file()]

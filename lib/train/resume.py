@@ -41,8 +41,9 @@ class Resume:
 _NEUTRAL_TRAIN_KEYS = {"encoder_lr_scale": 1.0, "ctc_decay_from": 0, "encoder_layer_lr_decay": 1.0,
                        "fold_update": "auto", "variant_lr": None, "update_grouping": "length"}
 #: Training keys never fingerprinted: ``processes`` is the run config's ``world_size`` (a resume with
-#: another count stops with :class:`ProcessCountChanged` instead of moving ``last.pt`` aside).
-_UNFINGERPRINTED_TRAIN_KEYS = ("processes",)
+#: another count stops with :class:`ProcessCountChanged` instead of moving ``last.pt`` aside);
+#: ``data_workers`` changes how the batches are collated, not which (lib/train/feed.py).
+_UNFINGERPRINTED_TRAIN_KEYS = ("processes", "data_workers")
 
 
 def train_config_dict(cfg: TrainConfig) -> dict[str, Any]:

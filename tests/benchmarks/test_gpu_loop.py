@@ -41,7 +41,8 @@ def test_cpu_smoke_trains_every_mode_and_prefetch_changes_no_number(tmp_path: Pa
     assert all(d["updates_timed"] == 2 and d["ms_per_update"] > 0 for d in loops.values())
     # the same batches, masks and order with and without the background collation
     for key in ("train_loss", "dev_loss"):
-        assert loops["accumulated"][key] == loops["accumulated_serial"][key] == loops["auto"][key]
+        assert loops["accumulated"][key] == loops["accumulated_serial"][key] == loops["auto"][key] \
+            == loops["auto_thread"][key]
     # folding trains the same update up to the order of sums (it is not bit-identical)
     assert loops["folded"]["train_loss"] == pytest.approx(loops["accumulated"]["train_loss"], rel=0.05)
     assert (tmp_path / "d" / "train.tsv").is_file()  # --data keeps the corpus

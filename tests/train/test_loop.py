@@ -60,6 +60,7 @@ def test_specaugment_masks_every_batch_from_its_seed_and_epoch(prepared: Path, t
     rerun of the same seed the same masks. A batch's draws are read as the masks its generator puts on one
     fixed probe utterance (the batches themselves hold other utterances in another epoch or seed)."""
     from lib.data import dataset as data
+    from lib.train import feed
 
     probe = torch.randn(120, 80, generator=torch.Generator().manual_seed(0))
     real_collate, real_groups = loop.collate, loop._update_groups
@@ -85,7 +86,8 @@ def test_specaugment_masks_every_batch_from_its_seed_and_epoch(prepared: Path, t
         return batch
 
     monkeypatch.setattr(loop, "_update_groups", groups)
-    monkeypatch.setattr(loop, "collate", collate)
+    monkeypatch.setattr(loop, "collate", collate)  # the dev loss's batches
+    monkeypatch.setattr(feed, "collate", collate)  # the training batches (lib/train/feed.py)
     overrides = {"max_updates": 8, "eval_every": 8, "save_every": 8, "average_last": 1}
     masks = []  # per run: {(epoch, batch in epoch): mask on the probe}
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
@@ -125,10 +127,12 @@ def test_prefetching_the_next_updates_batches_trains_the_same(prepared: Path, tm
             submitted.append(args)
             return super().submit(fn, *args, **kwargs)
 
+    from lib.train import feed
+
     m1, s1 = _driver.run_training(prepared, tmp_path / "a", prefetch=False)
     assert not submitted
-    monkeypatch.setattr(loop, "ThreadPoolExecutor", Counting)
-    m2, s2 = _driver.run_training(prepared, tmp_path / "b", prefetch=True)
+    monkeypatch.setattr(feed, "ThreadPoolExecutor", Counting)
+    m2, s2 = _driver.run_training(prepared, tmp_path / "b", prefetch=True, train_overrides={"data_workers": 0})
     assert s1["epochs_started"] == 2 and len(submitted) >= 5  # most updates' batches came from the thread
     assert_same_state(m1.state_dict(), m2.state_dict())
     assert s1["history"] == s2["history"]
