@@ -35,7 +35,7 @@ from lib.cli import run_tool  # noqa: E402
 from lib.data.dataset import SpeechDataset, first_batches  # noqa: E402
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config  # noqa: E402
 from lib.params import Params, TrainConfig, load_params  # noqa: E402
-from lib.precision import autocast, resolve_amp  # noqa: E402
+from lib.precision import autocast, resolve_amp, resolve_padding  # noqa: E402
 from lib.train.precision import PROBE_BATCHES, resolve_train_amp  # noqa: E402
 from lib.train.loop import Criterion  # noqa: E402
 
@@ -142,7 +142,13 @@ def main() -> None:
               f"amp: auto picks {'bf16' if default == 'bf16' else 'fp32'} on this machine")
         print(f"  {'row':<34} {'ms/update':>10} {'vs fp32 for-loop':>17} {'vs default':>11} {'shapes':>7} "
               f"{'padded frames':>14}")
-        default_row = "bf16, fused Adam" if default == "bf16" else "fp32, fused Adam"
+        # the pipeline's row: its precision and its padding (pad_*_to: auto pads bf16 batches on a CPU)
+        pads = resolve_padding(cfg.pad_frames_to, cfg.pad_tokens_to, default, torch.device("cpu"))
+        default_row = ("bf16, fused Adam" if default == "bf16" else "fp32, fused Adam") + \
+            ("" if pads == (1, 1) else ", padded")
+        if pads not in ((1, 1), (args.pad_frames, args.pad_tokens)):
+            print(f"  (the pipeline pads to {pads[0]} frames / {pads[1]} tokens, not as the padded rows: the "
+                  f"nearest row, {default_row!r}, stands for it)")
         for r in rows:
             mark = "  <- the default" if r == default_row else ""
             print(f"  {r:<34} {res[r]['ms']:>10.1f} {base / res[r]['ms']:>16.2f}x "
