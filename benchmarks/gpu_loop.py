@@ -187,6 +187,9 @@ def oom_figure(device: torch.device, size: str, cfg: TrainConfig, amp: str, data
     peak = torch.cuda.max_memory_allocated(device)
     total = torch.cuda.get_device_properties(device).total_memory
     cap = int(1.5 * peak)
+    if cap >= total:  # set_per_process_memory_fraction takes a fraction in [0, 1]
+        emit(figure="oom_recovery", skipped=f"1.5 x the accumulated peak ({cap / 2**30:.1f} GiB) is over the card's memory")
+        return
     index = device.index if device.index is not None else torch.cuda.current_device()
     gc.collect()
     torch.cuda.empty_cache()

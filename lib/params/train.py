@@ -77,7 +77,9 @@ class TrainConfig:
     processes: int = 1
     # Worker processes that collate the training batches while the GPU trains (lib/train/feed.py): auto =
     # on CUDA the host's cores per GPU less 2, at most 8; 0 = one background thread. A CPU run collates
-    # in its own process whatever this says (its bits never move). Not fingerprinted: it changes no batch.
+    # in its own process whatever this says (its bits never move). Not fingerprinted: it changes which
+    # process collates, not which batches (their values move by float rounding with that process's
+    # torch thread count: lib/train/feed.py).
     data_workers: int | str = "auto"
     # The peak lr of the attention variants' own parameters (head-selection logits, band-prior logits,
     # predicted-gate vector and bias: lib.model.attention.VariantParameter), one optimizer group

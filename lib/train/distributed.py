@@ -77,6 +77,9 @@ def launch(processes: int, key: str) -> int:
                 time.sleep(GPU_WAIT_SECONDS)
                 claimed = claim_gpus(keys, cache_dir() / "gpu-claims", processes)
         env["CUDA_VISIBLE_DEVICES"] = visible_devices(claimed, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        from lib.train.feed import HOST_GPUS_ENV  # data_workers: auto shares the cores among all the GPUs
+
+        env.setdefault(HOST_GPUS_ENV, str(len(keys)))
     cmd = torchrun_command(processes, [sys.argv[0], *sys.argv[1:]])
     print(f"{key} = {processes}: starting torchrun {' '.join(cmd[3:5])} {' '.join(cmd[5:])}"
           + (f" on CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env

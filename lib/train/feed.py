@@ -19,15 +19,20 @@ generator seeded by its place, never from a global one. Their values are the sam
 where the training process would collate on one thread; with more threads, utterance CMVN's float64
 sums are split differently, which moves values by float rounding (lib/data/features.py).
 
-A worker that dies (killed, out of host memory) costs nothing but speed: the feed says so once and
-collates in the training process from then on. The workers ignore SIGINT and SIGTERM, so that a
-pre-empted run finishes its update and saves (lib/train/loop.py), and leave when the training
-process does, however it ended.
+A worker that dies (killed, out of host memory) or fails for the host's sake (/dev/shm full) costs
+nothing but speed: the feed says so once and collates in the training process from then on. The
+workers ignore SIGINT (Ctrl-C reaches the whole process group; the training process stops them
+itself) but not SIGTERM: that is how a broken pool stops the other workers, and one that ignored it
+would never be joined (the pool's thread would block, and with it the training process, at its next
+batch on Python >= 3.12 and at its exit on 3.11). A pre-empted run that loses its workers to the
+same SIGTERM finishes its update and saves all the same (lib/train/loop.py). They leave when the
+training process does, however it ended.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
@@ -44,6 +49,9 @@ from lib.data.dataset import Batch, SpecAugmentConfig, collate
 #: and its gathering thread), at most :data:`MAX_AUTO_WORKERS`.
 CORES_KEPT = 2
 MAX_AUTO_WORKERS = 8
+#: The host's GPUs, set by lib.train.distributed.launch for the torchrun workers it starts, which see only
+#: the GPUs they claimed (CUDA_VISIBLE_DEVICES) while the host's other GPUs train runs side by side.
+HOST_GPUS_ENV = "LOCALITY_ST_HOST_GPUS"
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,8 @@ def resolve_data_workers(value: int | str, device: torch.device) -> int:
     if device.type != "cuda":
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    per_gpu = cores // max(1, torch.cuda.device_count())
+    gpus = int(os.environ.get(HOST_GPUS_ENV) or 0) or torch.cuda.device_count()
+    per_gpu = cores // max(1, gpus)
     return max(0, min(MAX_AUTO_WORKERS, per_gpu - CORES_KEPT))
 
 
@@ -77,22 +86,23 @@ def _collate_job(dataset: Any, specaugment: SpecAugmentConfig | None, pad_frames
 _WORKER_ARGS: tuple | None = None  # a worker process's dataset and collation settings
 
 
-def _init_worker(*args: Any) -> None:
-    """A worker process's start: one torch thread (n workers share the host), signals left to the
-    training process, and an exit as soon as the training process is gone (a killed parent leaves
-    the task queue open, and the worker would wait on it forever)."""
+def _init_worker(payload: bytes, parent: int) -> None:
+    """A worker process's start: one torch thread (n workers share the host), Ctrl-C left to the
+    training process (SIGTERM is not ignored: module docstring), and an exit as soon as the training
+    process is gone (a killed parent leaves the task queue open, and the worker would wait on it
+    forever)."""
     global _WORKER_ARGS
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _WORKER_ARGS = args
-    parent = os.getppid()
+    # ``parent``: the training process's pid as it gave it, not os.getppid() read here: a training
+    # process killed while this worker started (importing torch, unpickling the dataset: seconds,
+    # and the moment n copies of the dataset push the host's memory up) would be missed for good
+    _WORKER_ARGS = pickle.loads(payload)
 
     def watch() -> None:
-        while True:
+        while os.getppid() == parent:
             time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(0)
+        os._exit(0)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
@@ -119,14 +129,25 @@ class UpdateFeed:
         self.pin, self._say = pin, say
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="collate") if prefetch else None
         self._procs: ProcessPoolExecutor | None = None
+        self._broken = False
         if prefetch and workers > 0:
             # spawn, not fork: the training process has threads (and CUDA), which a fork would copy
-            # half-way; the dataset travels to each worker once, pickled
-            self._procs = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                              initializer=_init_worker, initargs=self._args)
+            # half-way. The dataset (every manifest row and target: ~120 MB pickled for MuST-C En-De)
+            # is pickled once here, not once per worker in the training loop's thread as each worker
+            # starts (~1 s each)
+            try:
+                payload = pickle.dumps(self._args, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as e:  # noqa: BLE001 (a dataset that does not pickle: the thread alone)
+                say(f"data_workers: the training set cannot go to worker processes ({e}); collating in "
+                    f"the training process")
+                self._broken = True
+            else:
+                self._procs = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=_init_worker, initargs=(payload, os.getpid()))
         self.workers = workers if self._procs is not None else 0
         self._ahead: tuple[Any, Future] | None = None
-        self._broken = self._closing = False
+        self._closing = False
+        self._lock = threading.Lock()
 
     def _gather(self, jobs: Sequence[BatchJob], futures: Sequence[Future | None]) -> list[Batch]:
         out = []
@@ -137,21 +158,37 @@ class UpdateFeed:
             if future is not None:
                 try:
                     batch = future.result()
-                except BrokenProcessPool as e:
+                except CancelledError:  # cancelled by close(), or when another batch found the workers gone
+                    if self._closing:
+                        return []
+                except Exception as e:  # noqa: BLE001
+                    # a dead worker (BrokenProcessPool), or one that failed for the host's sake (/dev/shm
+                    # full: "unable to write to file </torch_...>", too many open files, out of memory):
+                    # collate here from now on; an error of the data itself comes again, from here
                     self._lose_workers(e)
-                except CancelledError:  # cancelled when another batch found the workers gone
-                    pass
             if batch is None:
                 batch = _collate_job(*self._args, job)
             out.append(batch.pin_memory() if self.pin else batch)
         return out
 
     def _lose_workers(self, error: BaseException) -> None:
-        if not self._broken:
-            self._broken = True
-            self._say(f"data_workers: a worker process died ({error}); collating in the training process from now on")
-        procs, self._procs = self._procs, None
+        """Called from the gathering thread and from the training process's thread alike."""
+        with self._lock:
+            first, self._broken = not self._broken, True
+            procs, self._procs = self._procs, None
+        if first:
+            what = "died" if isinstance(error, BrokenProcessPool) else f"failed ({type(error).__name__})"
+            self._say(f"data_workers: a worker process {what} ({error}); collating in the training process "
+                      f"from now on")
         if procs is not None:
+            # Stop the other workers outright: the pool is dropped, and a worker that would outlive a
+            # SIGTERM (the pool's way to stop them) would leave the pool's thread joining it, holding
+            # the pool's shutdown lock (Python >= 3.12), which shutdown() below takes.
+            for p in list((getattr(procs, "_processes", None) or {}).values()):
+                try:
+                    p.kill()
+                except (OSError, ValueError, AttributeError):  # gone already, or closed
+                    pass
             procs.shutdown(wait=False, cancel_futures=True)
 
     def _start(self, jobs: Sequence[BatchJob]) -> Future:
@@ -161,7 +198,8 @@ class UpdateFeed:
         if procs is not None:
             try:
                 futures = [procs.submit(_collate_in_worker, job) for job in jobs]
-            except (BrokenProcessPool, RuntimeError) as e:  # broken, or shut down by _lose_workers
+            except Exception as e:  # noqa: BLE001 (broken, shut down by _lose_workers, or a worker that
+                # could not start: the dataset does not pickle, no memory or processes left)
                 self._lose_workers(e)
                 futures = [None] * len(jobs)
         return self._thread.submit(self._gather, jobs, futures)
@@ -180,9 +218,10 @@ class UpdateFeed:
 
     def close(self) -> None:
         self._ahead, self._closing = None, True
-        if self._procs is not None:
-            self._procs.shutdown(wait=False, cancel_futures=True)
-            self._procs = None
+        with self._lock:  # the gathering thread may drop the pool at the same time (_lose_workers)
+            procs, self._procs = self._procs, None
+        if procs is not None:
+            procs.shutdown(wait=False, cancel_futures=True)
         if self._thread is not None:
             self._thread.shutdown(wait=True)
             self._thread = None

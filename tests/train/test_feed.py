@@ -149,7 +149,74 @@ def test_data_workers_auto_by_device_and_host(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
         monkeypatch.setattr(torch.cuda, "device_count", lambda g=gpus: g)
         assert resolve_data_workers("auto", torch.device("cuda")) == want, (cores, gpus)
+    # a torchrun worker of lib.train.distributed.launch sees only its run's 2 GPUs of the host's 8
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv(feed.HOST_GPUS_ENV, "8")
+    assert resolve_data_workers("auto", torch.device("cuda")) == 6
     assert "data_workers" not in train_config_dict(TrainConfig(data_workers=4))
     TrainConfig(data_workers=0).validate()
     with pytest.raises(ValueError, match=r"train\.data_workers must be an integer >= 0 or 'auto', got -2"):
         TrainConfig(data_workers=-2).validate()
+
+
+_EXIT_AFTER_A_DEAD_WORKER = """
+import os, signal, sys, time
+sys.path.insert(0, {repo!r})
+from lib.data.dataset import SpecAugmentConfig, SpeechDataset
+from lib.train.feed import BatchJob, UpdateFeed
+if __name__ == "__main__":
+    ds = SpeechDataset({prepared!r}, "train", "asr")
+    f = UpdateFeed(ds, specaugment=SpecAugmentConfig(), pad_frames_to=1, pad_tokens_to=1, prefetch=True,
+                   pin=False, workers=2, say=lambda m: None)
+    jobs = [BatchJob((0, 1), 1), BatchJob((2, 3), 2), BatchJob((4, 5), 3)]
+    f.get(0, jobs)
+    time.sleep(1.0)  # both idle: one of them waits for a task holding the task queue's lock
+    os.kill(sorted(f._procs._processes)[{which}], signal.SIGKILL)
+    time.sleep(1.0)
+    f.get(1, jobs)
+    f.close()
+    print("closed", flush=True)
+"""
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_dead_worker_among_two_leaves_a_process_that_exits(prepared: Path, tmp_path: Path, which: int) -> None:
+    """The pool stops the other workers with SIGTERM, which they ignore: the feed must stop them itself, or
+    the training process hangs at exit joining the pool's thread (whichever worker died)."""
+    (tmp_path / "parent.py").write_text(_EXIT_AFTER_A_DEAD_WORKER.format(repo=str(REPO), prepared=str(prepared),
+                                                                          which=which))
+    proc = subprocess.run([sys.executable, str(tmp_path / "parent.py")], capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0 and "closed" in proc.stdout, proc.stderr[-2000:]
+
+
+_WORKER_FAILS = """
+import multiprocessing, sys
+sys.path.insert(0, {repo!r})
+from lib.data.dataset import SpecAugmentConfig, SpeechDataset
+from lib.train.feed import BatchJob, UpdateFeed
+
+class FailsInWorkers(SpeechDataset):
+    def features(self, i):
+        if multiprocessing.parent_process() is not None:  # as torch when /dev/shm is full
+            raise RuntimeError("unable to write to file </torch_1_2_3>: No space left on device (28)")
+        return super().features(i)
+
+if __name__ == "__main__":
+    said = []
+    ds = FailsInWorkers({prepared!r}, "train", "asr")
+    f = UpdateFeed(ds, specaugment=SpecAugmentConfig(), pad_frames_to=1, pad_tokens_to=1, prefetch=True,
+                   pin=False, workers=2, say=said.append)
+    try:
+        out = f.get(0, [BatchJob((0, 1), 1), BatchJob((2, 3), 2)])
+    finally:
+        f.close()
+    assert len(out) == 2 and len(said) == 1 and "No space left on device" in said[0], said
+    print("ok", flush=True)
+"""
+
+
+def test_a_worker_that_fails_for_the_hosts_sake_costs_only_speed(prepared: Path, tmp_path: Path) -> None:
+    (tmp_path / "parent.py").write_text(_WORKER_FAILS.format(repo=str(REPO), prepared=str(prepared)))
+    proc = subprocess.run([sys.executable, str(tmp_path / "parent.py")], capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
