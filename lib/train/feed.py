@@ -132,7 +132,7 @@ class UpdateFeed:
         self._broken = False
         if prefetch and workers > 0:
             # spawn, not fork: the training process has threads (and CUDA), which a fork would copy
-            # half-way. The dataset (every manifest row and target: ~120 MB pickled for MuST-C En-De)
+            # half-way. The dataset (every manifest row and target)
             # is pickled once here, not once per worker in the training loop's thread as each worker
             # starts (~1 s each)
             try:
