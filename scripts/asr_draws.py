@@ -12,6 +12,7 @@ Markdown and JSON.
     python scripts/asr_draws.py --draws 3 --control local_uniform      # also the uniform-window control
     python scripts/asr_draws.py --asr-seeds 1 3 --workspace-draw --seeds 1 2 3   # two draws, three ST seeds
     python scripts/asr_draws.py --draws 3 --systems baseline --seeds 1 # windows only: one baseline per pair
+    python scripts/asr_draws.py --merge reports/asr_draws.json reports/asr_draws_4.json --out reports/asr_draws_all
 
 How: each draw runs the pipeline's own stage scripts, in DVC's dependency order, in a scratch copy of the
 repository (``--workdir``, default runs/draws/<amp>/seed<k>/: this checkout's lib/ and stages/ copied when
@@ -23,6 +24,12 @@ counts, and the numbers, are the pipeline's. A finished step is not run again (a
 folder; the training stages also resume from their checkpoints): an interrupted command continues where it
 stopped. ``--workspace-draw`` reads the draw whose ASR seed is the params' from this checkout instead of
 training it again (after `make repro` on the same params; the command checks the seeds and windows exist).
+
+``--merge`` trains nothing: it joins the JSON of earlier runs of this command (the same pairs, ST seeds,
+systems, analysed seed and ``train_asr.amp``; no draw twice) into one table, so that a draw trained later,
+or on another day, adds to the draws already measured. The per-layer tables need each draw's per-layer
+figures, which the JSON keeps (``health_st``: the windows and per layer ±2 mass, C_ii and the attention
+output ratio); a file written before it kept them gives the draw tables and not the per-layer ones.
 
 Prerequisite: the prepared data (``dvc repro prepare``). Cost: about one `make repro` per draw with
 ``--systems baseline local``; the table states every draw's wall time and the CPU it ran on.
@@ -288,6 +295,17 @@ def collect_draw(folder: Path, pair: str, st_seed: int, seeds: Sequence[int], sy
             "seeds": list(seeds), "runs": runs, "health_st": st}
 
 
+#: the per-layer figures of a draw's ST health that the per-layer tables read (scripts/health_draws.py)
+LAYER_KEYS = ("band2", "c_ii", "attn_ratio")
+
+
+def compact_health(st: dict) -> dict:
+    """The part of an ST health file that :func:`health_draws.summarize_draws` reads, kept in the JSON so that
+    ``--merge`` can rebuild the per-layer tables without the draw's folder."""
+    return {"algorithm1_windows": st["algorithm1_windows"],
+            "layers": {k: {key: v[key] for key in LAYER_KEYS if key in v} for k, v in st["layers"].items()}}
+
+
 def deltas(row: dict, system: str) -> dict[str, Interval] | None:
     """``system`` − baseline per seed of one draw × pair: BLEU and dev NLL intervals; None without both."""
     runs = row["runs"]
@@ -377,12 +395,15 @@ def pooled_line(pooled: dict) -> str:
 def markdown(result: dict) -> str:
     pairs, draws, s, systems = result["pairs"], result["draws"], result["summary"], result["systems"]
     others = [x for x in systems if x != "baseline"]
+    cpu = result["cpu"] + (f" ({result['cores']} cores)" if result.get("cores") else "")
     lines = [f"# The demo across ASR draws ({result['amp_label']})\n",
-             f"Command: `{result['command']}`. Each draw trains the shared ASR model with `train_asr.seed` = the "
+             f"Command: `{result['command']}`"
+             + (" (trains nothing; it joins " + "; ".join(result["sources"]) + ")" if result.get("sources") else "")
+             + ". Each draw trains the shared ASR model with `train_asr.seed` = the "
              f"draw, then the pipeline's stages after it: ST {', '.join(systems)} for seeds {result['seeds']} of "
              f"every pair, Algorithm 1 on the baseline of seed {result['st_seed']} (select_windows), the attention "
              "health of both models and the band test (scripts/asr_draws.py). "
-             f"CPU: {result['cpu']} ({result['cores']} cores).\n",
+             f"CPU: {cpu}.\n",
              "## Windows and the ASR model\n",
              "| draw | pair | ST Alg. 1 windows (layers k+1..L) | ρ with depth | ASR Alg. 1 windows | ASR ρ | "
              "ST C_ii | ±2 mass / uniform | ASR WER | acc full / w=1 | gap recovered: Alg. 1 / "
@@ -435,11 +456,71 @@ def markdown(result: dict) -> str:
     lines.append(f"\nWall time per draw, in minutes (of which the shared ASR training): {walls}. Measured by this "
                  "command around the draw's stage scripts (an interrupted draw adds up its invocations; a draw "
                  "read from the workspace gives `make repro`'s time when reports/repro_timing.json holds it).\n")
+    lacking = [str(seed) for seed, d in draws.items() if not all(d["pairs"][p].get("health_st") for p in pairs)]
+    if lacking:
+        lines.append("\nNo per-layer tables: " + (f"draws {', '.join(lacking)} come" if len(lacking) > 1 else
+                                                    f"draw {lacking[0]} comes") + " from a "
+                     "file written before this command kept each draw's per-layer figures (see that file's report).\n")
+        return "\n".join(lines) + "\n"
     for pair in pairs:
         lines.append(f"\n## {pair}: the ST windows per layer over the draws\n")
         lines.append(layer_markdown(summarize_draws({f"draw {seed}": d["pairs"][pair]["health_st"]
                                                      for seed, d in draws.items()})))
     return "\n".join(lines) + "\n"
+
+
+#: what every merged file must agree on (a draw table over other seeds or systems would compare unlike things)
+MERGE_KEYS = ("pairs", "seeds", "systems", "st_seed", "amp_label")
+
+
+def merge_results(paths: Sequence[Path]) -> dict:
+    """Earlier results of this command (their JSON) as one result: the draws in file order, the summary
+    recomputed over all of them. A file that is not such a result, disagrees with the first on
+    :data:`MERGE_KEYS`, or repeats a draw stops with a message naming it."""
+    result: dict | None = None
+    draws: dict[int, dict] = {}
+    sources, cpus = [], []
+    for path in paths:
+        try:
+            r = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: --merge {path}: cannot read it as JSON ({e})") from None
+        missing = [k for k in (*MERGE_KEYS, "draws", "command", "cpu", "cores") if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise SystemExit(f"error: --merge {path}: not a result of scripts/asr_draws.py (no {', '.join(missing)})")
+        if result is None:
+            result = r
+        for key in MERGE_KEYS:
+            if r[key] != result[key]:
+                raise SystemExit(f"error: --merge {path}: {key} is {r[key]!r}, {paths[0]} has {result[key]!r}; "
+                                 f"only draws of the same setting compare")
+        for seed, d in r["draws"].items():
+            if int(seed) in draws:
+                raise SystemExit(f"error: --merge {path}: draw {seed} is also in an earlier file")
+            draws[int(seed)] = d
+        sources.append(f"`{r['command']}` ({r['cpu']}, {r['cores']} cores)")
+        cpus.append(f"{r['cpu']} ({r['cores']} cores)")
+    assert result is not None
+    cpu = sorted(set(cpus))
+    return {**{k: result[k] for k in MERGE_KEYS},
+            "command": "python scripts/asr_draws.py --merge " + " ".join(map(str, paths)), "sources": sources,
+            "cpu": cpu[0].rsplit(" (", 1)[0] if len(cpu) == 1 else " / ".join(cpu),
+            "cores": result["cores"] if len(cpu) == 1 else None,
+            "draws": draws, "summary": summarize(draws, result["pairs"], result["systems"])}
+
+
+def write_result(result: dict, out: Path) -> str:
+    """The result's Markdown and JSON at ``out`` (.md, .json), each written whole; returns the Markdown."""
+    from lib.io import atomic_write_json, atomic_write_text
+
+    md = markdown(result)
+    public = {**result, "draws": {seed: {**d, "pairs": {pair: {**r, "health_st": compact_health(r["health_st"])}
+                                                         if r.get("health_st") else r
+                                                         for pair, r in d["pairs"].items()}}
+                                  for seed, d in result["draws"].items()}}
+    atomic_write_json(out.with_suffix(".json"), public)
+    atomic_write_text(out.with_suffix(".md"), md)
+    return md
 
 
 def main(argv: Sequence[str] | None = None, runner: Runner = subprocess_runner) -> dict:
@@ -460,7 +541,18 @@ def main(argv: Sequence[str] | None = None, runner: Runner = subprocess_runner) 
     ap.add_argument("--workdir", type=Path, default=ROOT / "runs" / "draws")
     ap.add_argument("--out", type=Path, help="output stem (default reports/asr_draws[_amp-<amp>]): .md and .json")
     ap.add_argument("--jobs", type=int, help="steps side by side (default: parallel.jobs resolved)")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                    help="train nothing: join these earlier results (their .json) into one table at --out")
     args = ap.parse_args(argv)
+    if args.merge:
+        if args.out is None:
+            ap.error("--merge needs --out (the merged table's stem; the inputs are left as they are)")
+        if args.out.with_suffix(".json").resolve() in {Path(m).resolve() for m in args.merge}:
+            ap.error("--out: would overwrite one of the --merge inputs; give another stem")
+        result = merge_results(args.merge)
+        md = write_result(result, args.out)
+        print(md, end="")
+        return result
     if args.draws < 1:
         ap.error("--draws must be >= 1")
     if args.asr_seeds is not None and len(set(args.asr_seeds)) != len(args.asr_seeds):
@@ -535,14 +627,7 @@ def main(argv: Sequence[str] | None = None, runner: Runner = subprocess_runner) 
     result = {"command": " ".join(cmd), "amp_label": amp_label, "st_seed": st_seed, "seeds": seeds,
               "systems": systems, "pairs": list(p.pairs), "cpu": cpu_name(), "cores": os.cpu_count(),
               "draws": draws, "summary": summarize(draws, p.pairs, systems)}
-    from lib.io import atomic_write_json, atomic_write_text
-
-    md = markdown(result)
-    public = {**result, "draws": {seed: {**d, "pairs": {pair: {k: v for k, v in r.items() if k != "health_st"}
-                                                         for pair, r in d["pairs"].items()}}
-                                  for seed, d in draws.items()}}
-    atomic_write_json(out.with_suffix(".json"), public)
-    atomic_write_text(out.with_suffix(".md"), md)
+    md = write_result(result, out)
     print(md, end="")
     return result
 

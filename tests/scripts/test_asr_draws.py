@@ -119,7 +119,11 @@ def test_two_draws_end_to_end_and_resume(setting, tmp_path: Path) -> None:
     assert outcome["lose"] + outcome["gain"] + outcome["hold_0"] == 2
     assert table["command"] == "python scripts/asr_draws.py --draws 2 --seeds 1 2"
     assert "## en-de: the ST windows per layer" in md and "## local − baseline per draw and pair" in md
-    assert "health_st" not in table["draws"]["1"]["pairs"]["en-de"]  # the per-layer dump stays in the draw folder
+    # the JSON keeps what the per-layer tables read, not the whole health dump
+    kept = table["draws"]["1"]["pairs"]["en-de"]["health_st"]
+    assert set(kept) == {"algorithm1_windows", "layers"}
+    assert set(next(iter(kept["layers"].values()))) <= set(asr_draws.LAYER_KEYS)
+    check_merge(table, md, tmp_path / "merge")
     # a rerun finds every step done: nothing trains again, the same table
     again: list = []
     asr_draws.main(argv, runner=in_process(again))
@@ -139,6 +143,45 @@ def test_two_draws_end_to_end_and_resume(setting, tmp_path: Path) -> None:
     assert row["acc_full"] == health["summary"].get("acc_full") and row["acc_w1"] == health["summary"].get("acc_w1")
     assert f"| 1 | en-de | {' '.join(map(str, row['windows']))} |" in asr_draws.markdown(
         {**table, "draws": {1: {**table["draws"]["1"], "pairs": {"en-de": row}}}})
+
+
+def check_merge(table: dict, md: str, folder: Path) -> None:
+    """``--merge``: the two draws of ``table`` written as two results and joined again give the same tables
+    (the command line aside); unlike settings, a draw twice and overwriting an input are refused; a result
+    written before the JSON kept the per-layer figures gives the draw tables only."""
+    folder.mkdir()
+    parts = []
+    for seed in ("1", "2"):
+        part = {**table, "command": f"python scripts/asr_draws.py --asr-seeds {seed}",
+                "draws": {seed: table["draws"][seed]}}
+        (folder / f"d{seed}.json").write_text(json.dumps(part))
+        parts.append(folder / f"d{seed}.json")
+    merged = asr_draws.main(["--merge", *map(str, parts), "--out", str(folder / "all")])
+    assert merged["summary"] == table["summary"]
+    out_md = (folder / "all.md").read_text()
+    body = lambda text: text.split("\n", 3)[3]  # noqa: E731 (after the title and the command line)
+    assert body(out_md) == body(md)
+    assert "--asr-seeds 1" in out_md and "--asr-seeds 2" in out_md and "trains nothing" in out_md
+    assert json.loads((folder / "all.json").read_text())["draws"] == table["draws"]
+    with pytest.raises(SystemExit, match="draw 1 is also in an earlier file"):
+        asr_draws.main(["--merge", str(parts[0]), str(parts[0]), "--out", str(folder / "twice")])
+    other = {**json.loads(parts[1].read_text()), "seeds": [1, 2, 3]}
+    (folder / "other.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match=r"other.json: seeds is \[1, 2, 3\]"):
+        asr_draws.main(["--merge", str(parts[0]), str(folder / "other.json"), "--out", str(folder / "x")])
+    (folder / "bad.json").write_text("{\"draws\": {}}")
+    with pytest.raises(SystemExit, match="bad.json: not a result of scripts/asr_draws.py"):
+        asr_draws.main(["--merge", str(folder / "bad.json"), "--out", str(folder / "x")])
+    with pytest.raises(SystemExit):  # argparse: --out would overwrite an input
+        asr_draws.main(["--merge", str(parts[0]), "--out", str(folder / "d1")])
+    old = json.loads(parts[1].read_text())
+    old["draws"]["2"]["pairs"]["en-de"].pop("health_st")
+    (folder / "old.json").write_text(json.dumps(old))
+    asr_draws.main(["--merge", str(parts[0]), str(folder / "old.json"), "--out", str(folder / "mixed")])
+    mixed = (folder / "mixed.md").read_text()
+    assert "No per-layer tables: draw 2 comes" in mixed and "per layer over the draws" not in mixed
+    assert "## local − baseline per draw and pair" in mixed
+    assert not (folder / "x.json").exists() and not (folder / "twice.md").exists()
 
 
 def test_steps_wait_for_what_they_need_and_a_failure_stops_the_draw(tmp_path: Path) -> None:
