@@ -478,6 +478,7 @@ def main() -> None:
     sys.path.insert(0, str(CODE))
     root = Path.cwd()
     from lib.params import ParamError, load_params
+    import lib.params.variants  # noqa: F401 (the variants' sections are checked too, before any stage runs)
     from lib.parallel import resolve_jobs
 
     try:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from lib.params import ParamError, load_params
+import lib.params.variants  # noqa: F401 (the variants' sections are checked too)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -118,12 +119,60 @@ def test_every_section_is_typed() -> None:
     """One dataclass per section, consumed as is by the library (no untyped mapping hand-offs)."""
     import dataclasses
 
-    from lib.params import AnalysisParams, HealthParams, Params, TrainConfig
+    from lib.params import VARIANT_SECTIONS, AnalysisParams, HealthParams, Params, TrainConfig
+    from lib.params.variants import MultiParams, SmoothingParams
 
     p = load_params(REPO / "params.yaml")
-    assert {f.name for f in dataclasses.fields(Params)} >= set(yaml.safe_load((REPO / "params.yaml").read_text()))
+    yaml_keys = {f.name for f in dataclasses.fields(Params) if f.metadata.get("yaml", True)}
+    assert yaml_keys | set(VARIANT_SECTIONS) >= set(yaml.safe_load((REPO / "params.yaml").read_text()))
     assert isinstance(p.analysis, AnalysisParams) and isinstance(p.health, HealthParams)
     assert isinstance(p.train_st, TrainConfig)
+    assert isinstance(p.smoothing, SmoothingParams) and isinstance(p.multi, MultiParams)
+
+
+#: A process that imports lib.params but not lib.params.variants, as the baseline's stages do.
+_WITHOUT_VARIANTS = """
+import sys
+import lib.params as P
+p = P.load_params(sys.argv[1])
+print("variants imported:", "lib.params.variants" in sys.modules)
+try:
+    p.smoothing
+except RuntimeError as e:
+    print("refused:", e)
+"""
+
+
+def test_without_the_variants_module_their_sections_are_kept_as_read(tmp_path: Path) -> None:
+    """A baseline stage imports no variant code: load_params keeps smoothing and multi as read (a bad value
+    in them does not stop it), and reading them without the variant's module says what to import. A stage
+    that imports lib.params.variants gets the same file refused, naming the key."""
+    import subprocess
+    import sys
+
+    path = _write(tmp_path, lambda p: p["smoothing"].update(systems=["nope"]))
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_VARIANTS, str(path)], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    assert "variants imported: False" in out
+    assert "refused: params section 'smoothing' is parsed by lib/params/variants.py" in out
+    assert "import lib.params.variants" in out
+    with pytest.raises(ParamError, match=r"params.yaml: smoothing.systems\[0\]: unknown system 'nope'"):
+        load_params(path)
+    # a variant section that is not a mapping, or an unknown top-level key, stops every stage
+    with pytest.raises(ParamError, match=r"multi: expected a mapping"):
+        load_params(_write(tmp_path, lambda p: p.__setitem__("multi", [1])))
+    with pytest.raises(ParamError, match=r"unknown key\(s\) smoothin\b"):
+        load_params(_write(tmp_path, lambda p: p.__setitem__("smoothin", {})))
+
+
+def test_a_variant_section_replaced_is_checked_like_a_loaded_one() -> None:
+    import dataclasses
+
+    p = load_params(REPO / "params.yaml")
+    q = p.with_variant("smoothing", dataclasses.replace(p.smoothing, systems=["rec"], seeds=[1]))
+    assert p.smoothing.systems == [] and q.smoothing.systems == ["rec"] and q.smoothing.seeds == [1]
+    with pytest.raises(ParamError, match=r"smoothing.seeds\[0\]: 99 is not in seeds"):
+        p.with_variant("smoothing", dataclasses.replace(p.smoothing, systems=["rec"], seeds=[99]))
 
 
 def test_numeric_strings_are_floats(tmp_path: Path) -> None:

@@ -1,17 +1,22 @@
 """Load ``params.yaml`` into typed, validated objects.
 
-One typed dataclass per params.yaml section (the training sections in ``train``, the pipeline's in
-``sections``, the controls' and variants' in ``variants``; the parsing in ``base``), consumed directly by the library
+One typed dataclass per params.yaml section (the training sections in ``train``, the pipeline's and the
+controls' in ``sections``, the variants' in ``variants``; the parsing in ``base``), consumed directly by the library
 (``TrainConfig`` by the training loop, ``AnalysisParams`` by lib/analysis, ...); :class:`Params`
 holds them all. Importing this package does not import torch (stages that need no torch stay fast).
 Validation is strict: an unknown key, a missing key or a value of the
 wrong type raises :class:`ParamError` whose message names the full key path
 (``corpus.splits.train``) and the file, so a typo in ``dvc exp run -S`` fails at once instead
 of silently using a default.
+
+The variants' sections (``smoothing``, ``multi``) are the exception: lib/params/variants.py parses them,
+and only once a stage has imported it (``import lib.params.variants``). Without it they are kept as
+read, and :attr:`Params.smoothing` / :attr:`Params.multi` refuse with a message saying what to import: so
+the baseline's stages import no variant code, and DVC reruns no baseline for an edit to a variant.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -31,6 +36,8 @@ from lib.params.base import (  # noqa: F401 (re-exported: one import path for ev
     VALUE_BIAS_MODES,
     LR_SCHEDULERS,
     FOLD_MODES,
+    VARIANT_SECTIONS,
+    VARIANT_PARSERS,
 )
 from lib.params.train import (  # noqa: F401 (re-exported: one import path for every section)
     TrainConfig,
@@ -50,17 +57,7 @@ from lib.params.sections import (  # noqa: F401 (re-exported: one import path fo
     AnalysisParams,
     HealthParams,
     EfficiencyParams,
-)
-from lib.params.variants import (  # noqa: F401 (re-exported: one import path for every section)
-    SELECTION_SYSTEMS,
-    SMOOTHING_SYSTEM_NAME,
-    _default_smoothing_defs,
-    SmoothingParams,
     ControlsParams,
-    MULTI_SYSTEMS,
-    HEAD_SELECTION_SIDES,
-    HeadSelectionParams,
-    MultiParams,
 )
 
 
@@ -83,9 +80,44 @@ class Params:
     asr: AsrParams = field(default_factory=AsrParams)
     parallel: ParallelParams = field(default_factory=ParallelParams)  # scripts/repro.py; threads per run
     efficiency: EfficiencyParams = field(default_factory=EfficiencyParams)  # benchmarks/encoder_efficiency.py
-    smoothing: SmoothingParams = field(default_factory=SmoothingParams)  # opt-in variant (stage train_smoothing)
-    multi: MultiParams = field(default_factory=MultiParams)  # opt-in variant (stage train_multi)
     controls: ControlsParams = field(default_factory=ControlsParams)  # opt-in (stages train_control, band_test)
+    #: the variants' sections (:data:`VARIANT_SECTIONS`): as read (a mapping) until parsed by
+    #: :meth:`variant`; not a params.yaml key itself
+    variant_sections: dict = field(default_factory=dict, compare=False, repr=False, metadata={"yaml": False})
+
+    @property
+    def smoothing(self):  # -> lib.params.variants.SmoothingParams
+        """``smoothing`` (opt-in variant, stage train_smoothing): needs ``import lib.params.variants``."""
+        return self.variant("smoothing")
+
+    @property
+    def multi(self):  # -> lib.params.variants.MultiParams
+        """``multi`` (opt-in variant, stage train_multi): needs ``import lib.params.variants``."""
+        return self.variant("multi")
+
+    def variant(self, name: str):
+        """The variant section ``name`` parsed and checked against the rest of the params (once; then kept).
+        Raises RuntimeError when the variant's module has not registered it: the code that reads a
+        variant's params imports that module, so the stage's DVC deps list it."""
+        value = self.variant_sections.get(name, {})
+        cls_check = VARIANT_PARSERS.get(name)
+        if cls_check is None:
+            raise RuntimeError(f"params section {name!r} is parsed by lib/params/variants.py, which this process "
+                               f"has not imported; `import lib.params.variants` in the code that reads it (its "
+                               f"stage then lists it among its DVC deps)")
+        cls, check = cls_check
+        if isinstance(value, cls):
+            return value
+        section = parse_section(cls, value if value is not None else {}, name)
+        check(self, section)
+        self.variant_sections[name] = section
+        return section
+
+    def with_variant(self, name: str, section) -> "Params":
+        """A copy whose variant section ``name`` is ``section`` (a parsed dataclass), checked as at load time."""
+        out = replace(self, variant_sections={**self.variant_sections, name: section})
+        VARIANT_PARSERS[name][1](out, section)
+        return out
 
     def validate(self, prefix: str) -> None:
         if not self.pairs:
@@ -143,17 +175,6 @@ class Params:
             raise ParamError("local.fork: shared needs asr.mode: shared (one ASR training to fork for every pair); "
                              "with asr.mode: per_pair each pair forks its own ASR model: set local.fork: per_pair")
         # checked only when something runs: `-S seeds=[1]` must not trip over an unused opt-in section
-        for i, pair in enumerate(self.smoothing.pairs if self.smoothing.systems else []):
-            if pair not in self.pairs:
-                raise ParamError(f"smoothing.pairs[{i}]: {pair!r} is not in pairs {self.pairs} (its baseline is "
-                                 f"the comparison)")
-        for i, seed in enumerate(self.smoothing.seeds if self.smoothing.systems else []):
-            if seed not in self.seeds:
-                raise ParamError(f"smoothing.seeds[{i}]: {seed} is not in seeds {self.seeds} (the baseline of the "
-                                 f"same seed is the comparison)")
-        if self.multi.systems and self.multi.asr_init not in self.pairs:
-            raise ParamError(f"multi.asr_init: {self.multi.asr_init!r} is not in pairs {self.pairs} (its ASR model "
-                             f"initialises the multilingual encoder)")
         if self.controls.asr_systems and not (self.local.asr_pretraining == "fork" and self.local.fork == "shared"):
             raise ParamError(f"controls.asr_systems: {self.controls.asr_systems} fork the shared ASR training like "
                              f"local.asr_pretraining: fork with local.fork: shared, but local.asr_pretraining is "
@@ -163,33 +184,6 @@ class Params:
             if seed not in self.seeds:
                 raise ParamError(f"controls.band_seeds[{i}]: {seed} is not in seeds {self.seeds} (the band test runs "
                                  f"on the ST baseline of that seed)")
-        if self.multi.systems and len(self.pairs) < 2:
-            raise ParamError(f"multi.systems: a multilingual model needs at least two pairs, got pairs {self.pairs}")
-        from lib.model.config import model_config
-
-        try:
-            cfg = model_config(self.model.size, **self.model.overrides)
-        except (TypeError, ValueError):
-            return  # model.overrides problems are reported by the model section
-        self.smoothing.check_defs(cfg.encoder_layers, cfg.decoder_layers)
-        self._check_head_selection(cfg.n_heads)
-
-    def _check_head_selection(self, n_heads: int) -> None:
-        """``multi.head_selection`` against the model and the pairs, by the same check that builds the
-        layers (lib.model.spec.head_selection_options_from: H' against H, the tasks, the schedule), so
-        that a definition train_multi would refuse stops at load time, not when its stage starts."""
-        from dataclasses import asdict
-
-        from lib.model.spec import head_selection_options_from
-
-        hs = asdict(self.multi.head_selection)
-        hs.pop("subset_init_lead")  # set on the built model, not part of the layer spec
-        for system in self.multi.systems:
-            if system in SELECTION_SYSTEMS:
-                try:
-                    head_selection_options_from({**hs, "strategy": system}, n_heads=n_heads, tasks=len(self.pairs))
-                except ValueError as e:
-                    raise ParamError(f"{e} (multi.systems has {system})") from None
 
 
 def _yaml_error(e: yaml.YAMLError) -> str:
@@ -217,7 +211,16 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raise ParamError(f"{path}: not valid YAML: {_yaml_error(e)}") from None
     if not isinstance(raw, dict):
         raise ParamError(f"{path}: expected a mapping at the top level")
+    variants = {name: raw.pop(name) for name in VARIANT_SECTIONS if name in raw}
     try:
-        return _from_dict(Params, raw, "")
+        for name, value in variants.items():
+            if value is not None and not isinstance(value, dict):
+                raise ParamError(f"{name}: expected a mapping, got {type(value).__name__} {value!r}")
+        p = _from_dict(Params, raw, "")
+        p = replace(p, variant_sections=variants)
+        for name in VARIANT_SECTIONS:  # the variants this process has imported: checked now, with the rest
+            if name in VARIANT_PARSERS:
+                p.variant(name)
+        return p
     except ParamError as e:
         raise ParamError(f"{path}: {e}") from None

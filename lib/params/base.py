@@ -8,7 +8,7 @@ import re
 import types
 import typing
 from pathlib import PurePosixPath
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 
 T = TypeVar("T")
@@ -91,7 +91,8 @@ def _from_dict(cls: type[T], data: Any, prefix: str) -> T:
     if not isinstance(data, dict):
         raise ParamError(f"{prefix}: expected a mapping, got {type(data).__name__} {data!r}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    # a field marked ``metadata={"yaml": False}`` is no params.yaml key (Params.variant_sections)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("yaml", True)}
     unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
         where = f"{prefix}: " if prefix else ""  # the top level has no prefix: "unknown key(s) foo", not ": ... .foo"
@@ -115,6 +116,23 @@ def _from_dict(cls: type[T], data: Any, prefix: str) -> T:
         except ValueError as e:
             raise ParamError(str(e)) from None
     return obj
+
+
+#: The top-level sections that a variant's own module parses (lib/params/variants.py), not load_params:
+#: only their names live here, so that a stage that uses no variant imports none of a variant's code.
+VARIANT_SECTIONS = ("smoothing", "multi")
+#: name -> (the section's dataclass, check(params, section) against the rest of the params); filled by
+#: :func:`register_variant_section` when the variant's module is imported.
+VARIANT_PARSERS: dict[str, tuple[type, Callable[[Any, Any], None]]] = {}
+
+
+def register_variant_section(name: str, cls: type, check: Callable[[Any, Any], None]) -> None:
+    """Make ``name`` (one of :data:`VARIANT_SECTIONS`) parse as ``cls`` and be checked by ``check(params,
+    section)`` (raising :class:`ParamError`); called by the variant's module when it is imported."""
+    if name not in VARIANT_SECTIONS:
+        raise ValueError(f"register_variant_section: {name!r} is not one of {VARIANT_SECTIONS} (add it there: "
+                         f"load_params must know the name to tell it from a typo)")
+    VARIANT_PARSERS[name] = (cls, check)
 
 
 def parse_section(cls: type[T], data: Any, prefix: str) -> T:

@@ -1,5 +1,6 @@
 """The params.yaml sections of the main pipeline: corpus, data, prepare, model, decode, asr, parallel,
-local, analysis, health, efficiency."""
+local, analysis, health, efficiency, and the controls of Algorithm 1 (its band test runs in the
+baseline's chain)."""
 from __future__ import annotations
 
 import dataclasses
@@ -358,3 +359,45 @@ class EfficiencyParams:
             _odd_window(w, f"{prefix}.op_windows[{i}]: window")
         if self.op_reps < 1 or self.encoder_reps < 1:
             raise ValueError(f"{prefix}: op_reps and encoder_reps must be >= 1")
+
+
+@dataclass(frozen=True)
+class ControlsParams:
+    """``controls``: controls for Algorithm 1 (docs/results.md), opt-in.
+
+    ``systems`` (default [] = no training stage): ``local_uniform`` (layers full_layers+1..L at one
+    window, the mean of Algorithm 1's windows rounded to the nearest odd width, ties up) and
+    ``local_shuffled`` (Algorithm 1's windows permuted across those layers with ``shuffle_seed``);
+    lib.model.spec has the rules. Stage train_control trains each for every pair and seed like
+    `local` (same ``train_st``). ``asr_systems``: the controls whose ASR model follows local's fork rule
+    with the control's own windows (stage train_asr_control: the shared ASR training forked
+    ``asr.fork_updates`` updates before its end and finished with, per layer, the widest of every pair's
+    control windows, as train_asr_local_shared does with Algorithm 1's); the other controls start from
+    the local system's ASR model runs/asr_local/<pair>, finished with Algorithm 1's windows (cheaper, but
+    biased towards Algorithm 1). Needs ``local.asr_pretraining: fork`` with ``local.fork: shared``.
+    ``band_seeds`` (default [] = no stage): the seeds whose ST baseline gets the inference band test of
+    every configuration (stage band_test, per pair and seed)."""
+
+    systems: list[str] = field(default_factory=list)
+    asr_systems: list[str] = field(default_factory=list)
+    shuffle_seed: int = 1
+    band_seeds: list[int] = field(default_factory=list)
+
+    def validate(self, prefix: str) -> None:
+        from lib.model.spec import CONTROL_SYSTEMS
+
+        for i, name in enumerate(self.systems):
+            if name not in CONTROL_SYSTEMS:
+                raise ParamError(f"{prefix}.systems[{i}]: unknown control {name!r}; known: {list(CONTROL_SYSTEMS)}")
+        if len(set(self.systems)) != len(self.systems):
+            raise ParamError(f"{prefix}.systems: duplicates in {self.systems}")
+        for i, name in enumerate(self.asr_systems):
+            if name not in self.systems:
+                raise ParamError(f"{prefix}.asr_systems[{i}]: {name!r} is not in {prefix}.systems {self.systems} "
+                                 f"(its ASR fork would train for nothing)")
+        if len(set(self.asr_systems)) != len(self.asr_systems):
+            raise ParamError(f"{prefix}.asr_systems: duplicates in {self.asr_systems}")
+        if len(set(self.band_seeds)) != len(self.band_seeds):
+            raise ParamError(f"{prefix}.band_seeds: duplicates in {self.band_seeds}")
+        if self.shuffle_seed < 0:
+            raise ParamError(f"{prefix}.shuffle_seed: must be >= 0, got {self.shuffle_seed}")

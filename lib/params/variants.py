@@ -1,5 +1,13 @@
-"""The params.yaml sections of the controls and the attention variants: smoothing, controls, multi
-(head selection)."""
+"""The params.yaml sections of the attention variants: ``smoothing`` (attention smoothing with priors)
+and ``multi`` (the multilingual model and its head selection).
+
+A variant's section is parsed and checked here, not by :func:`lib.params.load_params` itself: importing
+this module registers both sections (:func:`lib.params.base.register_variant_section`), and only the
+stages that train or report a variant import it. So the baseline's stages neither import nor list (as a
+DVC dependency) the variants' params code, and an edit here reruns no baseline. A process that has not
+imported this module keeps the two sections as read (a mapping each) and refuses to hand them out
+(:meth:`lib.params.Params.variant`). ``make repro`` (scripts/repro.py) imports it, so a typo in a
+variant's section still stops the whole run before any training."""
 from __future__ import annotations
 
 import re
@@ -7,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from lib.params.base import PAIR_PATTERN, ParamError
+from lib.params.base import PAIR_PATTERN, ParamError, register_variant_section
 
 
 SMOOTHING_SYSTEM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -91,48 +99,6 @@ class SmoothingParams:
                                       key=f"{prefix}.defs.{name}")
             except ValueError as e:
                 raise ParamError(str(e)) from None
-
-
-@dataclass(frozen=True)
-class ControlsParams:
-    """``controls``: controls for Algorithm 1 (docs/results.md), opt-in.
-
-    ``systems`` (default [] = no training stage): ``local_uniform`` (layers full_layers+1..L at one
-    window, the mean of Algorithm 1's windows rounded to the nearest odd width, ties up) and
-    ``local_shuffled`` (Algorithm 1's windows permuted across those layers with ``shuffle_seed``);
-    lib.model.spec has the rules. Stage train_control trains each for every pair and seed like
-    `local` (same ``train_st``). ``asr_systems``: the controls whose ASR model follows local's fork rule
-    with the control's own windows (stage train_asr_control: the shared ASR training forked
-    ``asr.fork_updates`` updates before its end and finished with, per layer, the widest of every pair's
-    control windows, as train_asr_local_shared does with Algorithm 1's); the other controls start from
-    the local system's ASR model runs/asr_local/<pair>, finished with Algorithm 1's windows (cheaper, but
-    biased towards Algorithm 1). Needs ``local.asr_pretraining: fork`` with ``local.fork: shared``.
-    ``band_seeds`` (default [] = no stage): the seeds whose ST baseline gets the inference band test of
-    every configuration (stage band_test, per pair and seed)."""
-
-    systems: list[str] = field(default_factory=list)
-    asr_systems: list[str] = field(default_factory=list)
-    shuffle_seed: int = 1
-    band_seeds: list[int] = field(default_factory=list)
-
-    def validate(self, prefix: str) -> None:
-        from lib.model.spec import CONTROL_SYSTEMS
-
-        for i, name in enumerate(self.systems):
-            if name not in CONTROL_SYSTEMS:
-                raise ParamError(f"{prefix}.systems[{i}]: unknown control {name!r}; known: {list(CONTROL_SYSTEMS)}")
-        if len(set(self.systems)) != len(self.systems):
-            raise ParamError(f"{prefix}.systems: duplicates in {self.systems}")
-        for i, name in enumerate(self.asr_systems):
-            if name not in self.systems:
-                raise ParamError(f"{prefix}.asr_systems[{i}]: {name!r} is not in {prefix}.systems {self.systems} "
-                                 f"(its ASR fork would train for nothing)")
-        if len(set(self.asr_systems)) != len(self.asr_systems):
-            raise ParamError(f"{prefix}.asr_systems: duplicates in {self.asr_systems}")
-        if len(set(self.band_seeds)) != len(self.band_seeds):
-            raise ParamError(f"{prefix}.band_seeds: duplicates in {self.band_seeds}")
-        if self.shuffle_seed < 0:
-            raise ParamError(f"{prefix}.shuffle_seed: must be >= 0, got {self.shuffle_seed}")
 
 
 MULTI_SYSTEMS = ("baseline", "subset", "group", "baseline_h8")
@@ -255,3 +221,61 @@ class MultiParams:
         if self.max_updates is not None and self.max_updates < 1:
             raise ParamError(f"{prefix}.max_updates: must be >= 1 or null (3 x train_st.max_updates), "
                              f"got {self.max_updates}")
+
+
+def check_smoothing(p, s: SmoothingParams) -> None:
+    """``smoothing`` against the rest of the params (``p``, a :class:`lib.params.Params`): its pairs and seeds
+    among the pipeline's (checked only when a system runs: ``-S seeds=[1]`` must not trip over an unused
+    opt-in section), and every definition against the model's depth."""
+    for i, pair in enumerate(s.pairs if s.systems else []):
+        if pair not in p.pairs:
+            raise ParamError(f"smoothing.pairs[{i}]: {pair!r} is not in pairs {p.pairs} (its baseline is "
+                             f"the comparison)")
+    for i, seed in enumerate(s.seeds if s.systems else []):
+        if seed not in p.seeds:
+            raise ParamError(f"smoothing.seeds[{i}]: {seed} is not in seeds {p.seeds} (the baseline of the "
+                             f"same seed is the comparison)")
+    cfg = _model_config(p)
+    if cfg is not None:
+        s.check_defs(cfg.encoder_layers, cfg.decoder_layers)
+
+
+def check_multi(p, m: MultiParams) -> None:
+    """``multi`` against the rest of the params: the ASR model it starts from, at least two pairs, and
+    ``multi.head_selection`` against the model and the pairs by the same check that builds the layers
+    (lib.model.spec.head_selection_options_from: H' against H, the tasks, the schedule), so that a
+    definition train_multi would refuse stops at load time, not when its stage starts."""
+    if m.systems and m.asr_init not in p.pairs:
+        raise ParamError(f"multi.asr_init: {m.asr_init!r} is not in pairs {p.pairs} (its ASR model "
+                         f"initialises the multilingual encoder)")
+    if m.systems and len(p.pairs) < 2:
+        raise ParamError(f"multi.systems: a multilingual model needs at least two pairs, got pairs {p.pairs}")
+    cfg = _model_config(p)
+    if cfg is None:
+        return
+    from dataclasses import asdict
+
+    from lib.model.spec import head_selection_options_from
+
+    hs = asdict(m.head_selection)
+    hs.pop("subset_init_lead")  # set on the built model, not part of the layer spec
+    for system in m.systems:
+        if system in SELECTION_SYSTEMS:
+            try:
+                head_selection_options_from({**hs, "strategy": system}, n_heads=cfg.n_heads, tasks=len(p.pairs))
+            except ValueError as e:
+                raise ParamError(f"{e} (multi.systems has {system})") from None
+
+
+def _model_config(p):
+    """The model's config, or None when ``model.overrides`` do not build one (the model section reports that)."""
+    from lib.model.config import model_config
+
+    try:
+        return model_config(p.model.size, **p.model.overrides)
+    except (TypeError, ValueError):
+        return None
+
+
+register_variant_section("smoothing", SmoothingParams, check_smoothing)
+register_variant_section("multi", MultiParams, check_multi)

@@ -11,6 +11,7 @@ import pytest
 
 from lib.layout import RunPaths
 from lib.params import load_params
+import lib.params.variants  # noqa: F401 (parses the smoothing section)
 from lib.train.experiments import smoothing_spec_from_params
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def test_st_run_of_a_definition(params, tmp_path: Path) -> None:
 
 
 def test_asr_systems_start_from_their_smoothed_asr(params, tmp_path: Path) -> None:
-    p = dataclasses.replace(params, smoothing=dataclasses.replace(params.smoothing, systems=["rec"],
+    p = params.with_variant("smoothing", dataclasses.replace(params.smoothing, systems=["rec"],
                                                                   asr_systems=["rec"]))
     asr = smoothing_spec_from_params(p, tmp_path, "rec", "en-es")
     assert asr.task == "asr" and asr.train == dataclasses.replace(params.train_asr, variant_lr=params.smoothing.variant_lr)
@@ -47,7 +48,7 @@ def test_asr_systems_start_from_their_smoothed_asr(params, tmp_path: Path) -> No
 
 def test_local_base_keeps_the_windows(params, tmp_path: Path) -> None:
     defs = {**params.smoothing.defs, "band_local": {"prior": "band", "k": 5, "base": "local"}}
-    p = dataclasses.replace(params, smoothing=dataclasses.replace(params.smoothing, defs=defs))
+    p = params.with_variant("smoothing", dataclasses.replace(params.smoothing, defs=defs))
     with pytest.raises(ValueError, match="windows.json: missing; it is written by the select_windows"):
         smoothing_spec_from_params(p, tmp_path, "band_local", "en-de", 1)
     windows = [{"type": "full"}] * 3 + [{"type": "local", "window": w} for w in (3, 5, 7, 9, 11, 13, 15, 17, 19)]
