@@ -173,6 +173,9 @@ def test_a_variant_section_replaced_is_checked_like_a_loaded_one() -> None:
     assert p.smoothing.systems == [] and q.smoothing.systems == ["rec"] and q.smoothing.seeds == [1]
     with pytest.raises(ParamError, match=r"smoothing.seeds\[0\]: 99 is not in seeds"):
         p.with_variant("smoothing", dataclasses.replace(p.smoothing, systems=["rec"], seeds=[99]))
+    # a copy with other seeds checks the section again, against its own seeds
+    with pytest.raises(ParamError, match=r"smoothing.seeds\[0\]: 1 is not in seeds \[7\]"):
+        dataclasses.replace(q, seeds=[7]).smoothing
 
 
 def test_numeric_strings_are_floats(tmp_path: Path) -> None:

@@ -85,6 +85,11 @@ class Params:
     #: :meth:`variant`; not a params.yaml key itself
     variant_sections: dict = field(default_factory=dict, compare=False, repr=False, metadata={"yaml": False})
 
+    def __post_init__(self) -> None:
+        # the sections parsed and checked against this object's pairs, seeds and model; not shared with
+        # a dataclasses.replace() copy, whose pairs may differ
+        object.__setattr__(self, "_checked_variants", {})
+
     @property
     def smoothing(self):  # -> lib.params.variants.SmoothingParams
         """``smoothing`` (opt-in variant, stage train_smoothing): needs ``import lib.params.variants``."""
@@ -99,6 +104,8 @@ class Params:
         """The variant section ``name`` parsed and checked against the rest of the params (once; then kept).
         Raises RuntimeError when the variant's module has not registered it: the code that reads a
         variant's params imports that module, so the stage's DVC deps list it."""
+        if name in self._checked_variants:
+            return self._checked_variants[name]
         value = self.variant_sections.get(name, {})
         cls_check = VARIANT_PARSERS.get(name)
         if cls_check is None:
@@ -106,17 +113,15 @@ class Params:
                                f"has not imported; `import lib.params.variants` in the code that reads it (its "
                                f"stage then lists it among its DVC deps)")
         cls, check = cls_check
-        if isinstance(value, cls):
-            return value
-        section = parse_section(cls, value if value is not None else {}, name)
+        section = value if isinstance(value, cls) else parse_section(cls, value if value is not None else {}, name)
         check(self, section)
-        self.variant_sections[name] = section
+        self._checked_variants[name] = section
         return section
 
     def with_variant(self, name: str, section) -> "Params":
         """A copy whose variant section ``name`` is ``section`` (a parsed dataclass), checked as at load time."""
         out = replace(self, variant_sections={**self.variant_sections, name: section})
-        VARIANT_PARSERS[name][1](out, section)
+        out.variant(name)
         return out
 
     def validate(self, prefix: str) -> None:
