@@ -31,7 +31,7 @@ from lib.io import atomic_write_json  # noqa: E402
 from lib.model.s2t_transformer import S2TTransformer, model_config  # noqa: E402
 from lib.model.spec import decoder_head_selection_spec, head_selection_spec  # noqa: E402
 from lib.params import load_params  # noqa: E402
-import lib.params.variants  # noqa: E402,F401 (parses the params' multi section)
+import lib.params.multi  # noqa: E402,F401 (parses the params' multi section)
 from lib.precision import autocast, resolve_amp  # noqa: E402
 from lib.train.objectives import label_smoothed_nll_loss  # noqa: E402
 

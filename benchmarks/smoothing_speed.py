@@ -41,7 +41,7 @@ from lib.io import atomic_write_json  # noqa: E402
 from lib.model.s2t_transformer import ModelConfig, S2TTransformer, model_config  # noqa: E402
 from lib.model.spec import smoothing_model_specs  # noqa: E402
 from lib.params import load_params  # noqa: E402
-import lib.params.variants  # noqa: E402,F401 (parses the params' smoothing section)
+import lib.params.smoothing  # noqa: E402,F401 (parses the params' smoothing section)
 from lib.precision import resolve_amp  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -41,6 +41,7 @@ import csv
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -458,9 +459,9 @@ def markdown(result: dict) -> str:
                  "read from the workspace gives `make repro`'s time when reports/repro_timing.json holds it).\n")
     lacking = [str(seed) for seed, d in draws.items() if not all(d["pairs"][p].get("health_st") for p in pairs)]
     if lacking:
-        lines.append("\nNo per-layer tables: " + (f"draws {', '.join(lacking)} come" if len(lacking) > 1 else
-                                                    f"draw {lacking[0]} comes") + " from a "
-                     "file written before this command kept each draw's per-layer figures (see that file's report).\n")
+        lines.append("No per-layer tables: " + (f"draws {', '.join(lacking)} come" if len(lacking) > 1 else
+                                                  f"draw {lacking[0]} comes") + " from a "
+                     "file written before this command kept each draw's per-layer figures (see that file's report).")
         return "\n".join(lines) + "\n"
     for pair in pairs:
         lines.append(f"\n## {pair}: the ST windows per layer over the draws\n")
@@ -473,10 +474,34 @@ def markdown(result: dict) -> str:
 MERGE_KEYS = ("pairs", "seeds", "systems", "st_seed", "amp_label")
 
 
-def merge_results(paths: Sequence[Path]) -> dict:
+def _cpus(r: dict) -> list[str]:
+    """The CPUs of one result, each as "name (n cores)": a merged result over several CPUs joins its
+    sources' in ``cpu`` (``cores`` None); any other result names one CPU and its core count."""
+    if r.get("cores") is None and " / " in str(r["cpu"]):
+        return str(r["cpu"]).split(" / ")
+    return [str(r["cpu"]) + (f" ({r['cores']} cores)" if r.get("cores") else "")]
+
+
+def _split_cpu(label: str) -> tuple[str, int | None]:
+    """"name (n cores)" -> (name, n); a label without the count -> (label, None)."""
+    m = re.fullmatch(r"(.*) \((\d+) cores\)", label)
+    return (m.group(1), int(m.group(2))) if m else (label, None)
+
+
+def shown_path(path: Path | str) -> str:
+    """A path as a recorded command line gives it: relative to the repository when inside it."""
+    try:
+        return Path(path).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def merge_results(paths: Sequence[Path], out: Path | None = None) -> dict:
     """Earlier results of this command (their JSON) as one result: the draws in file order, the summary
     recomputed over all of them. A file that is not such a result, disagrees with the first on
-    :data:`MERGE_KEYS`, or repeats a draw stops with a message naming it."""
+    :data:`MERGE_KEYS`, or repeats a draw stops with a message naming it. A merged result merges again:
+    its sources and CPUs are carried over, not nested. ``out``: the stem given to ``--out``, recorded in
+    the command line (without it the command would refuse to run)."""
     result: dict | None = None
     draws: dict[int, dict] = {}
     sources, cpus = [], []
@@ -495,17 +520,25 @@ def merge_results(paths: Sequence[Path]) -> dict:
                 raise SystemExit(f"error: --merge {path}: {key} is {r[key]!r}, {paths[0]} has {result[key]!r}; "
                                  f"only draws of the same setting compare")
         for seed, d in r["draws"].items():
-            if int(seed) in draws:
+            try:
+                key = int(seed)
+            except ValueError:
+                raise SystemExit(f"error: --merge {path}: draw {seed!r} is not an ASR seed") from None
+            if key in draws:
                 raise SystemExit(f"error: --merge {path}: draw {seed} is also in an earlier file")
-            draws[int(seed)] = d
-        sources.append(f"`{r['command']}` ({r['cpu']}, {r['cores']} cores)")
-        cpus.append(f"{r['cpu']} ({r['cores']} cores)")
+            draws[key] = d
+        if r.get("sources"):  # a merged result: its own sources, not the merge command
+            sources += r["sources"]
+        else:
+            sources.append(f"`{r['command']}` ({r['cpu']}, {r['cores']} cores)")
+        cpus += _cpus(r)
     assert result is not None
     cpu = sorted(set(cpus))
+    command = "python scripts/asr_draws.py --merge " + " ".join(map(str, paths))
     return {**{k: result[k] for k in MERGE_KEYS},
-            "command": "python scripts/asr_draws.py --merge " + " ".join(map(str, paths)), "sources": sources,
-            "cpu": cpu[0].rsplit(" (", 1)[0] if len(cpu) == 1 else " / ".join(cpu),
-            "cores": result["cores"] if len(cpu) == 1 else None,
+            "command": command + (f" --out {shown_path(out)}" if out is not None else ""), "sources": sources,
+            "cpu": _split_cpu(cpu[0])[0] if len(cpu) == 1 else " / ".join(cpu),
+            "cores": _split_cpu(cpu[0])[1] if len(cpu) == 1 else None,
             "draws": draws, "summary": summarize(draws, result["pairs"], result["systems"])}
 
 
@@ -549,7 +582,7 @@ def main(argv: Sequence[str] | None = None, runner: Runner = subprocess_runner) 
             ap.error("--merge needs --out (the merged table's stem; the inputs are left as they are)")
         if args.out.with_suffix(".json").resolve() in {Path(m).resolve() for m in args.merge}:
             ap.error("--out: would overwrite one of the --merge inputs; give another stem")
-        result = merge_results(args.merge)
+        result = merge_results(args.merge, args.out)
         md = write_result(result, args.out)
         print(md, end="")
         return result
@@ -624,6 +657,7 @@ def main(argv: Sequence[str] | None = None, runner: Runner = subprocess_runner) 
     cmd += ["--control", args.control] if args.control else []
     cmd += ["--seeds", *map(str, args.seeds)] if args.seeds else []
     cmd += ["--workspace-draw"] if args.workspace_draw else []
+    cmd += ["--out", shown_path(args.out)] if args.out else []  # run as recorded, it rewrites this table only
     result = {"command": " ".join(cmd), "amp_label": amp_label, "st_seed": st_seed, "seeds": seeds,
               "systems": systems, "pairs": list(p.pairs), "cpu": cpu_name(), "cores": os.cpu_count(),
               "draws": draws, "summary": summarize(draws, p.pairs, systems)}

@@ -478,7 +478,8 @@ def main() -> None:
     sys.path.insert(0, str(CODE))
     root = Path.cwd()
     from lib.params import ParamError, load_params
-    import lib.params.variants  # noqa: F401 (the variants' sections are checked too, before any stage runs)
+    import lib.params.multi  # noqa: F401 (the variants' sections are checked too, before any stage runs)
+    import lib.params.smoothing  # noqa: F401
     from lib.parallel import resolve_jobs
 
     try:

@@ -15,7 +15,7 @@ import time
 
 from _common import ROOT, run_stage, stage_params
 
-import lib.params.variants  # noqa: F401 (parses the params' multi section, which this stage reads)
+import lib.params.multi  # noqa: F401 (parses the params' multi section, which this stage reads)
 from lib import layout
 from lib.data.multilingual import prepare_joint_vocab
 from lib.data.vocab import SentencePieceError

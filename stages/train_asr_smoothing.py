@@ -15,7 +15,7 @@ import sys
 from _common import ROOT, run_stage, stage_params
 
 import lib.model.attention.smoothing  # noqa: F401 (registers the `smooth` attention variant this stage trains)
-import lib.params.variants  # noqa: F401 (parses the params' smoothing section, which this stage reads)
+import lib.params.smoothing  # noqa: F401 (parses the params' smoothing section, which this stage reads)
 from lib.train.distributed import init_distributed
 from lib.train.run import run
 from lib.train.experiments import smoothing_spec_from_params

@@ -17,7 +17,7 @@ import sys
 from _common import ROOT, run_stage, stage_params
 
 import lib.model.attention.smoothing  # noqa: F401 (registers the `smooth` attention variant this stage trains)
-import lib.params.variants  # noqa: F401 (parses the params' smoothing section, which this stage reads)
+import lib.params.smoothing  # noqa: F401 (parses the params' smoothing section, which this stage reads)
 from lib.model.checkpoint import load_model
 from lib.analysis.peakiness import PEAKINESS_SENTENCES, attention_peakiness
 from lib.data.dataset import SpeechDataset

@@ -340,7 +340,7 @@ ON_DEMAND_ATTENTION = tuple(sorted(
     if f.resolve() not in import_closure(_ATTENTION / "__init__.py")[0]))
 #: Code of the attention variants (smoothing, head selection, any new one): loaded only by the stages that
 #: train them.
-VARIANT_CODE = ON_DEMAND_ATTENTION + ("lib/train/head_selection.py", "lib/params/variants.py")
+VARIANT_CODE = ON_DEMAND_ATTENTION + ("lib/train/head_selection.py", "lib/params/smoothing.py", "lib/params/multi.py")
 BASELINE_CHAIN = ("train_asr", "train_asr_shared", "train_asr_local", "train_asr_local_shared", "train_baseline",
                   "train_local", "analyze", "select_windows", "health_asr", "health_st", "band_test")
 
@@ -366,11 +366,11 @@ SMOOTHING_CODE, HEAD_SELECTION_CODE = "lib/model/attention/smoothing.py", "lib/m
 @pytest.mark.parametrize(("name", "rel"), [("train_smoothing", SMOOTHING_CODE), ("train_asr_smoothing", SMOOTHING_CODE),
                                            ("train_multi", HEAD_SELECTION_CODE),
                                            ("train_multi", "lib/train/head_selection.py"),
-                                           ("train_smoothing", "lib/params/variants.py"),
-                                           ("train_asr_smoothing", "lib/params/variants.py"),
-                                           ("train_multi", "lib/params/variants.py"),
-                                           ("prepare_multi", "lib/params/variants.py"),
-                                           ("report", "lib/params/variants.py")])
+                                           ("train_smoothing", "lib/params/smoothing.py"),
+                                           ("train_asr_smoothing", "lib/params/smoothing.py"),
+                                           ("train_multi", "lib/params/multi.py"),
+                                           ("prepare_multi", "lib/params/multi.py"),
+                                           ("report", "lib/params/smoothing.py"), ("report", "lib/params/multi.py")])
 def test_a_variants_stages_import_and_list_its_code(name: str, rel: str) -> None:
     files, _ = import_closure(stage_script(STAGES[name]))
     assert REPO / rel in files and covered(REPO / rel, code_deps(STAGES[name]))

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from lib.params import ParamError, load_params
-import lib.params.variants  # noqa: F401 (the variants' sections are checked too)
+import lib.params.multi  # noqa: F401 (the variants' sections are checked too)
+import lib.params.smoothing  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -120,7 +121,8 @@ def test_every_section_is_typed() -> None:
     import dataclasses
 
     from lib.params import VARIANT_SECTIONS, AnalysisParams, HealthParams, Params, TrainConfig
-    from lib.params.variants import MultiParams, SmoothingParams
+    from lib.params.multi import MultiParams
+    from lib.params.smoothing import SmoothingParams
 
     p = load_params(REPO / "params.yaml")
     yaml_keys = {f.name for f in dataclasses.fields(Params) if f.metadata.get("yaml", True)}
@@ -130,12 +132,12 @@ def test_every_section_is_typed() -> None:
     assert isinstance(p.smoothing, SmoothingParams) and isinstance(p.multi, MultiParams)
 
 
-#: A process that imports lib.params but not lib.params.variants, as the baseline's stages do.
+#: A process that imports lib.params but no variant's params module, as the baseline's stages do.
 _WITHOUT_VARIANTS = """
 import sys
 import lib.params as P
 p = P.load_params(sys.argv[1])
-print("variants imported:", "lib.params.variants" in sys.modules)
+print("variants imported:", "lib.params.smoothing" in sys.modules or "lib.params.multi" in sys.modules)
 try:
     p.smoothing
 except RuntimeError as e:
@@ -146,7 +148,7 @@ except RuntimeError as e:
 def test_without_the_variants_module_their_sections_are_kept_as_read(tmp_path: Path) -> None:
     """A baseline stage imports no variant code: load_params keeps smoothing and multi as read (a bad value
     in them does not stop it), and reading them without the variant's module says what to import. A stage
-    that imports lib.params.variants gets the same file refused, naming the key."""
+    that imports lib.params.smoothing gets the same file refused, naming the key."""
     import subprocess
     import sys
 
@@ -154,8 +156,8 @@ def test_without_the_variants_module_their_sections_are_kept_as_read(tmp_path: P
     out = subprocess.run([sys.executable, "-c", _WITHOUT_VARIANTS, str(path)], cwd=REPO, capture_output=True,
                          text=True, check=True).stdout
     assert "variants imported: False" in out
-    assert "refused: params section 'smoothing' is parsed by lib/params/variants.py" in out
-    assert "import lib.params.variants" in out
+    assert "refused: params section 'smoothing' is parsed by lib/params/smoothing.py" in out
+    assert "import lib.params.smoothing" in out
     with pytest.raises(ParamError, match=r"params.yaml: smoothing.systems\[0\]: unknown system 'nope'"):
         load_params(path)
     # a variant section that is not a mapping, or an unknown top-level key, stops every stage
@@ -176,6 +178,20 @@ def test_a_variant_section_replaced_is_checked_like_a_loaded_one() -> None:
     # a copy with other seeds checks the section again, against its own seeds
     with pytest.raises(ParamError, match=r"smoothing.seeds\[0\]: 1 is not in seeds \[7\]"):
         dataclasses.replace(q, seeds=[7]).smoothing
+    # the section's own checks too, as parsing runs them (an unknown system, an inner section's value)
+    with pytest.raises(ParamError, match=r"smoothing.systems\[0\]: unknown system 'nope'"):
+        p.with_variant("smoothing", dataclasses.replace(p.smoothing, systems=["nope"]))
+    with pytest.raises(ParamError, match=r"multi.head_selection.candidates: must be >= 1"):
+        p.with_variant("multi", dataclasses.replace(
+            p.multi, head_selection=dataclasses.replace(p.multi.head_selection, candidates=0)))
+
+
+@pytest.mark.parametrize("name", ["smoothing", "multi"])
+def test_an_empty_variant_section_is_refused_as_before(tmp_path: Path, name: str) -> None:
+    """`smoothing:` with every key commented out is null: refused like any other section (DVC could not
+    resolve ${smoothing.systems} in dvc.yaml either)."""
+    with pytest.raises(ParamError, match=rf"{name}: expected a mapping, got NoneType None"):
+        load_params(_write(tmp_path, lambda p: p.__setitem__(name, None)))
 
 
 def test_numeric_strings_are_floats(tmp_path: Path) -> None:

@@ -152,11 +152,13 @@ def test_second_repro_is_noop_and_params_invalidate_only_dependents(tiny_repo: P
 @pytest.mark.slow
 def test_an_edit_to_a_variant_retrains_no_baseline(tiny_repo: Path) -> None:
     """Editing the smoothing or head-selection code leaves the baseline's chain up to date (their
-    modules load only in the stages that train them); so does editing the variants' params code, but for
-    the report, which reads the variants' sections; editing the shared attention core does not."""
+    modules load only in the stages that train them); so does editing a variant's params code, but for
+    the report, which reads every variant's section, and that variant's own stages (smoothing's edited
+    here: the multilingual variant's prepare_multi stays up to date); editing the shared attention core
+    does not."""
     edited = [tiny_repo / "lib/model/attention/smoothing.py", tiny_repo / "lib/model/attention/head_selection.py",
               tiny_repo / "lib/train/head_selection.py"]
-    variant_params = tiny_repo / "lib/params/variants.py"
+    variant_params = tiny_repo / "lib/params/smoothing.py"
     core = tiny_repo / "lib/model/attention/base.py"
     originals = {path: path.read_text() for path in edited + [variant_params, core]}
     try:
@@ -169,6 +171,7 @@ def test_an_edit_to_a_variant_retrains_no_baseline(tiny_repo: Path) -> None:
         variant_params.write_text(originals[variant_params] + "\n# an edit\n")
         changed = set(json.loads(_run(["dvc", "status", "--json"], tiny_repo).stdout))
         assert {name.split("@")[0] for name in changed if name.split("@")[0] in chain} == {"report"}, changed
+        assert "prepare_multi" not in changed, changed
         # (the variants' own stages are opt-in: the default pipeline has none of them to rerun)
         core.write_text(originals[core] + "\n# an edit\n")
         changed = set(json.loads(_run(["dvc", "status", "--json"], tiny_repo).stdout))

@@ -9,14 +9,16 @@ wrong type raises :class:`ParamError` whose message names the full key path
 (``corpus.splits.train``) and the file, so a typo in ``dvc exp run -S`` fails at once instead
 of silently using a default.
 
-The variants' sections (``smoothing``, ``multi``) are the exception: lib/params/variants.py parses them,
-and only once a stage has imported it (``import lib.params.variants``). Without it they are kept as
+The variants' sections (``smoothing``, ``multi``) are the exception: each is parsed by its variant's own
+module (lib/params/smoothing.py, lib/params/multi.py), and only once a stage has imported it
+(``import lib.params.smoothing``). Without it a section is kept as
 read, and :attr:`Params.smoothing` / :attr:`Params.multi` refuse with a message saying what to import: so
 the baseline's stages import no variant code, and DVC reruns no baseline for an edit to a variant.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, is_dataclass, replace
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 import yaml
@@ -91,13 +93,13 @@ class Params:
         object.__setattr__(self, "_checked_variants", {})
 
     @property
-    def smoothing(self):  # -> lib.params.variants.SmoothingParams
-        """``smoothing`` (opt-in variant, stage train_smoothing): needs ``import lib.params.variants``."""
+    def smoothing(self):  # -> lib.params.smoothing.SmoothingParams
+        """``smoothing`` (opt-in variant, stage train_smoothing): needs ``import lib.params.smoothing``."""
         return self.variant("smoothing")
 
     @property
-    def multi(self):  # -> lib.params.variants.MultiParams
-        """``multi`` (opt-in variant, stage train_multi): needs ``import lib.params.variants``."""
+    def multi(self):  # -> lib.params.multi.MultiParams
+        """``multi`` (opt-in variant, stage train_multi): needs ``import lib.params.multi``."""
         return self.variant("multi")
 
     def variant(self, name: str):
@@ -109,11 +111,16 @@ class Params:
         value = self.variant_sections.get(name, {})
         cls_check = VARIANT_PARSERS.get(name)
         if cls_check is None:
-            raise RuntimeError(f"params section {name!r} is parsed by lib/params/variants.py, which this process "
-                               f"has not imported; `import lib.params.variants` in the code that reads it (its "
+            module = VARIANT_SECTIONS[name]
+            raise RuntimeError(f"params section {name!r} is parsed by {module.replace('.', '/')}.py, which this "
+                               f"process has not imported; `import {module}` in the code that reads it (its "
                                f"stage then lists it among its DVC deps)")
         cls, check = cls_check
-        section = value if isinstance(value, cls) else parse_section(cls, value if value is not None else {}, name)
+        if isinstance(value, cls):  # handed in parsed (with_variant): its own checks, as parse_section runs them
+            _validate_parsed(value, name)
+            section = value
+        else:
+            section = parse_section(cls, value if value is not None else {}, name)
         check(self, section)
         self._checked_variants[name] = section
         return section
@@ -191,6 +198,23 @@ class Params:
                                  f"on the ST baseline of that seed)")
 
 
+def _validate_parsed(obj, prefix: str) -> None:
+    """The ``validate`` checks that parsing runs (lib.params.base._from_dict), inner sections first, for a
+    section built in code (dataclasses.replace) instead of parsed."""
+    for f in dataclass_fields(obj):
+        value = getattr(obj, f.name)
+        if is_dataclass(value) and not isinstance(value, type):
+            _validate_parsed(value, f"{prefix}.{f.name}")
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        try:
+            validate(prefix)
+        except ParamError:
+            raise
+        except ValueError as e:
+            raise ParamError(str(e)) from None
+
+
 def _yaml_error(e: yaml.YAMLError) -> str:
     """PyYAML's multi-line message as one line, led by the line and column of the problem (1-based):
     a stage prints its errors as one line."""
@@ -219,7 +243,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     variants = {name: raw.pop(name) for name in VARIANT_SECTIONS if name in raw}
     try:
         for name, value in variants.items():
-            if value is not None and not isinstance(value, dict):
+            if not isinstance(value, dict):  # `smoothing:` left empty is null: refused, as any other section
                 raise ParamError(f"{name}: expected a mapping, got {type(value).__name__} {value!r}")
         p = _from_dict(Params, raw, "")
         p = replace(p, variant_sections=variants)

@@ -118,9 +118,9 @@ def _from_dict(cls: type[T], data: Any, prefix: str) -> T:
     return obj
 
 
-#: The top-level sections that a variant's own module parses (lib/params/variants.py), not load_params:
-#: only their names live here, so that a stage that uses no variant imports none of a variant's code.
-VARIANT_SECTIONS = ("smoothing", "multi")
+#: The top-level sections that a variant's own module parses, not load_params: section -> that module.
+#: Only the names live here, so that a stage that uses no variant imports none of a variant's code.
+VARIANT_SECTIONS = {"smoothing": "lib.params.smoothing", "multi": "lib.params.multi"}
 #: name -> (the section's dataclass, check(params, section) against the rest of the params); filled by
 #: :func:`register_variant_section` when the variant's module is imported.
 VARIANT_PARSERS: dict[str, tuple[type, Callable[[Any, Any], None]]] = {}
@@ -130,9 +130,20 @@ def register_variant_section(name: str, cls: type, check: Callable[[Any, Any], N
     """Make ``name`` (one of :data:`VARIANT_SECTIONS`) parse as ``cls`` and be checked by ``check(params,
     section)`` (raising :class:`ParamError`); called by the variant's module when it is imported."""
     if name not in VARIANT_SECTIONS:
-        raise ValueError(f"register_variant_section: {name!r} is not one of {VARIANT_SECTIONS} (add it there: "
-                         f"load_params must know the name to tell it from a typo)")
+        raise ValueError(f"register_variant_section: {name!r} is not one of {list(VARIANT_SECTIONS)} (add it to "
+                         f"VARIANT_SECTIONS: load_params must know the name to tell it from a typo)")
     VARIANT_PARSERS[name] = (cls, check)
+
+
+def model_config_of(p: Any) -> Any:
+    """The model config of the params ``p`` (lib.model.config), or None when ``model.overrides`` do not
+    build one (the model section reports that): what a variant's section is checked against."""
+    from lib.model.config import model_config
+
+    try:
+        return model_config(p.model.size, **p.model.overrides)
+    except (TypeError, ValueError):
+        return None
 
 
 def parse_section(cls: type[T], data: Any, prefix: str) -> T:

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from lib import layout
 from lib.layout import RunPaths
-from lib.params.variants import MultiParams
+from lib.params.multi import MultiParams
 from lib.report.figures import Figures
 from lib.stats import ci_cell, mean_ci
 from lib.io import read_json

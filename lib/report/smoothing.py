@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from lib.decode.metrics import paired_bootstrap
 from lib.layout import TEST_SPLIT, RunPaths, variant_figure
 from lib.model.config import BAND_INIT_LOGIT, DEFAULT_BAND_K, DEFAULT_GAMMA, smoothing_layers
-from lib.params.variants import SmoothingParams
+from lib.params.smoothing import SmoothingParams
 from lib.report.figures import Figures
 from lib.stats import Interval, ci_cell, mean_ci, paired_interval
 from lib.io import read_json

@@ -304,7 +304,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     variant_lr / lr (so they follow the run's schedule with peak ``variant_lr``, whatever the encoder's
     scale), ``weight_decay`` 0 and ``"variant": True``: they start from their initialisation, not from
     a pretrained model, and Adam moves a parameter by at most about Σ_t lr_t over a run (the defaults
-    and their measurement: lib.params.variants.SmoothingParams, HeadSelectionParams). A model without such
+    and their measurement: lib.params.smoothing.SmoothingParams, lib.params.multi.HeadSelectionParams). A model without such
     parameters gets exactly the groups above, whatever ``variant_lr`` is."""
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in model.parameters())
     params: Any = model.parameters()

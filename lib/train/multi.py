@@ -45,7 +45,7 @@ from lib.model.attention.head_selection import set_subset_lead
 from lib.model import checkpoint as model_file
 from lib.model.s2t_transformer import S2TTransformer, model_config
 from lib.params import Params
-from lib.params.variants import SELECTION_SYSTEMS
+from lib.params.multi import SELECTION_SYSTEMS
 from lib.train import checkpoint as ckpt
 from lib.train.loop import OPTIMIZER
 from lib.train.head_selection import HeadSelectionTraining, elbo_kl_weights, head_selections

@@ -104,7 +104,7 @@ def test_multi_section_deltas_and_bilingual_reference_from_the_files(tmp_path) -
     import json
 
     from lib.layout import RunPaths
-    from lib.params.variants import MultiParams
+    from lib.params.multi import MultiParams
     from lib.report.multi import multi_section
 
     pairs = ["en-de", "en-es"]

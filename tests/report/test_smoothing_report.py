@@ -10,7 +10,7 @@ import pytest
 
 from lib.decode.metrics import paired_bootstrap
 from lib.layout import RunPaths, variant_figure
-from lib.params.variants import SmoothingParams
+from lib.params.smoothing import SmoothingParams
 from lib.report.smoothing import smoothing_section
 
 REFS = ["a b c d", "e f g h", "i j k l", "m n o p"]

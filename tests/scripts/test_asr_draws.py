@@ -117,7 +117,8 @@ def test_two_draws_end_to_end_and_resume(setting, tmp_path: Path) -> None:
     assert table["summary"]["pooled"]["n"] == 2
     outcome = table["summary"]["outcomes"]["local"]["en-de"]
     assert outcome["lose"] + outcome["gain"] + outcome["hold_0"] == 2
-    assert table["command"] == "python scripts/asr_draws.py --draws 2 --seeds 1 2"
+    # the recorded command names its --out: run as written, it rewrites this table, not the default one
+    assert table["command"] == f"python scripts/asr_draws.py --draws 2 --seeds 1 2 --out {tmp_path / 'out' / 'draws'}"
     assert "## en-de: the ST windows per layer" in md and "## local − baseline per draw and pair" in md
     # the JSON keeps what the per-layer tables read, not the whole health dump
     kept = table["draws"]["1"]["pairs"]["en-de"]["health_st"]
@@ -182,6 +183,49 @@ def check_merge(table: dict, md: str, folder: Path) -> None:
     assert "No per-layer tables: draw 2 comes" in mixed and "per layer over the draws" not in mixed
     assert "## local − baseline per draw and pair" in mixed
     assert not (folder / "x.json").exists() and not (folder / "twice.md").exists()
+
+
+def test_merge_rebuilds_the_committed_tables(tmp_path: Path, capsys) -> None:
+    """reports/asr_draws_all is the merge of the two committed results; a result merged alone gives its own
+    table but for the command line; the merged table's command line names its --out (it refuses to run
+    without one)."""
+    reports = REPO / "reports"
+    body = lambda text: text.split("\n", 3)[3]  # noqa: E731 (after the title and the command line)
+    out = tmp_path / "all"
+    merged = asr_draws.main(["--merge", str(reports / "asr_draws.json"), str(reports / "asr_draws_4.json"),
+                             "--out", str(out)])
+    committed = (reports / "asr_draws_all.md").read_text(encoding="utf-8")
+    assert body(out.with_suffix(".md").read_text(encoding="utf-8")) == body(committed)
+    assert merged["command"].endswith(f" --out {out}")
+    assert "asr_draws_4.json --out reports/asr_draws_all`" in committed.splitlines()[2]
+    assert json.loads(out.with_suffix(".json").read_text())["summary"] == \
+        json.loads((reports / "asr_draws_all.json").read_text())["summary"]
+    one = tmp_path / "one"
+    asr_draws.main(["--merge", str(reports / "asr_draws_4.json"), "--out", str(one)])
+    assert body(one.with_suffix(".md").read_text(encoding="utf-8")) == \
+        body((reports / "asr_draws_4.md").read_text(encoding="utf-8"))
+    capsys.readouterr()
+
+
+def test_a_merged_result_merges_again(tmp_path: Path, capsys) -> None:
+    """A merged result as an input: its sources and CPUs are carried over, not the merge command and a
+    "None cores"."""
+    r = json.loads((REPO / "reports" / "asr_draws_4.json").read_text())
+    other = {**r, "cpu": "Intel Xeon", "cores": 16, "command": "python scripts/asr_draws.py --asr-seeds 5",
+             "draws": {"5": r["draws"]["4"]}}
+    (tmp_path / "d5.json").write_text(json.dumps(other))
+    first = asr_draws.main(["--merge", str(REPO / "reports" / "asr_draws_4.json"), str(tmp_path / "d5.json"),
+                            "--out", str(tmp_path / "m45")])
+    assert first["cpu"] == "AMD EPYC (2 cores) / Intel Xeon (16 cores)" and first["cores"] is None
+    again = asr_draws.main(["--merge", str(REPO / "reports" / "asr_draws.json"), str(tmp_path / "m45.json"),
+                            "--out", str(tmp_path / "all")])
+    assert again["cpu"] == first["cpu"] and again["cores"] is None
+    assert len(again["sources"]) == 3 and not any("--merge" in x or "None" in x for x in again["sources"])
+    assert list(again["draws"]) == [1, 2, 3, 4, 5]
+    same_cpu = asr_draws.main(["--merge", str(REPO / "reports" / "asr_draws_all.json"), str(tmp_path / "d5.json"),
+                               "--out", str(tmp_path / "x")])
+    assert same_cpu["cpu"] == first["cpu"] and len(same_cpu["sources"]) == 3
+    capsys.readouterr()
 
 
 def test_steps_wait_for_what_they_need_and_a_failure_stops_the_draw(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from lib.layout import RunPaths
 from lib.params import load_params
-import lib.params.variants  # noqa: F401 (parses the smoothing section)
+import lib.params.smoothing  # noqa: F401 (parses the smoothing section)
 from lib.train.experiments import smoothing_spec_from_params
 
 REPO = Path(__file__).resolve().parents[2]
