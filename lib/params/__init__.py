@@ -17,8 +17,7 @@ the baseline's stages import no variant code, and DVC reruns no baseline for an 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, is_dataclass, replace
-from dataclasses import fields as dataclass_fields
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -201,7 +200,7 @@ class Params:
 def _validate_parsed(obj, prefix: str) -> None:
     """The ``validate`` checks that parsing runs (lib.params.base._from_dict), inner sections first, for a
     section built in code (dataclasses.replace) instead of parsed."""
-    for f in dataclass_fields(obj):
+    for f in fields(obj):
         value = getattr(obj, f.name)
         if is_dataclass(value) and not isinstance(value, type):
             _validate_parsed(value, f"{prefix}.{f.name}")
@@ -245,6 +244,10 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         for name, value in variants.items():
             if not isinstance(value, dict):  # `smoothing:` left empty is null: refused, as any other section
                 raise ParamError(f"{name}: expected a mapping, got {type(value).__name__} {value!r}")
+        known = sorted({f.name for f in fields(Params) if f.metadata.get("yaml", True)} | set(VARIANT_SECTIONS))
+        unknown = sorted(set(raw) - set(known), key=str)
+        if unknown:  # as _from_dict says it, with the variants' sections among the known keys
+            raise ParamError(f"unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(known)}")
         p = _from_dict(Params, raw, "")
         p = replace(p, variant_sections=variants)
         for name in VARIANT_SECTIONS:  # the variants this process has imported: checked now, with the rest
