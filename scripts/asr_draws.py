@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import platform
@@ -101,6 +102,14 @@ def draw_params(params: dict, seed: int, amp: str | None, seeds: Sequence[int] |
     out.setdefault("controls", {}).update(systems=[control] if control else [], band_seeds=[st_seed],
                                           asr_systems=[control] if control and fork else [])
     return out
+
+
+def setting_digest(params: dict) -> str:
+    """A draw's params.yaml (:func:`draw_params`) without its ASR seed, hashed: the same for every draw of
+    one setting, so ``--merge`` can refuse draws trained with other params."""
+    q = yaml.safe_load(yaml.safe_dump(params))
+    q.get("train_asr", {}).pop("seed", None)
+    return hashlib.sha256(json.dumps(q, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
 def prepare_draw(folder: Path, params: dict, prepared: Path, prepared_dir: str) -> None:
@@ -499,12 +508,14 @@ def shown_path(path: Path | str) -> str:
 def merge_results(paths: Sequence[Path], out: Path | None = None) -> dict:
     """Earlier results of this command (their JSON) as one result: the draws in file order, the summary
     recomputed over all of them. A file that is not such a result, disagrees with the first on
-    :data:`MERGE_KEYS`, or repeats a draw stops with a message naming it. A merged result merges again:
+    :data:`MERGE_KEYS` or on the params (``setting``, :func:`setting_digest`: a file written before results
+    kept it is not checked), or repeats a draw stops with a message naming it. A merged result merges again:
     its sources and CPUs are carried over, not nested. ``out``: the stem given to ``--out``, recorded in
     the command line (without it the command would refuse to run)."""
     result: dict | None = None
     draws: dict[int, dict] = {}
     sources, cpus = [], []
+    setting: tuple[str, Path] | None = None  # the first digest found, and its file
     for path in paths:
         try:
             r = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -519,6 +530,13 @@ def merge_results(paths: Sequence[Path], out: Path | None = None) -> dict:
             if r[key] != result[key]:
                 raise SystemExit(f"error: --merge {path}: {key} is {r[key]!r}, {paths[0]} has {result[key]!r}; "
                                  f"only draws of the same setting compare")
+        if r.get("setting"):
+            if setting is None:
+                setting = (r["setting"], path)
+            elif r["setting"] != setting[0]:
+                raise SystemExit(f"error: --merge {path}: trained with other params than {setting[1]} (setting "
+                                 f"{r['setting']} against {setting[0]}: the params without the ASR seed); only "
+                                 f"draws of the same setting compare")
         for seed, d in r["draws"].items():
             try:
                 key = int(seed)
@@ -537,6 +555,7 @@ def merge_results(paths: Sequence[Path], out: Path | None = None) -> dict:
     command = "python scripts/asr_draws.py --merge " + " ".join(map(str, paths))
     return {**{k: result[k] for k in MERGE_KEYS},
             "command": command + (f" --out {shown_path(out)}" if out is not None else ""), "sources": sources,
+            "setting": setting[0] if setting else None,
             "cpu": _split_cpu(cpu[0])[0] if len(cpu) == 1 else " / ".join(cpu),
             "cores": _split_cpu(cpu[0])[1] if len(cpu) == 1 else None,
             "draws": draws, "summary": summarize(draws, result["pairs"], result["systems"])}
@@ -660,6 +679,7 @@ def main(argv: Sequence[str] | None = None, runner: Runner = subprocess_runner) 
     cmd += ["--out", shown_path(args.out)] if args.out else []  # run as recorded, it rewrites this table only
     result = {"command": " ".join(cmd), "amp_label": amp_label, "st_seed": st_seed, "seeds": seeds,
               "systems": systems, "pairs": list(p.pairs), "cpu": cpu_name(), "cores": os.cpu_count(),
+              "setting": setting_digest(draw_params(raw, 0, args.amp, seeds, args.control)),
               "draws": draws, "summary": summarize(draws, p.pairs, systems)}
     md = write_result(result, out)
     print(md, end="")

@@ -170,6 +170,10 @@ def check_merge(table: dict, md: str, folder: Path) -> None:
     (folder / "other.json").write_text(json.dumps(other))
     with pytest.raises(SystemExit, match=r"other.json: seeds is \[1, 2, 3\]"):
         asr_draws.main(["--merge", str(parts[0]), str(folder / "other.json"), "--out", str(folder / "x")])
+    assert len(table["setting"]) == 16 and json.loads((folder / "all.json").read_text())["setting"] == table["setting"]
+    (folder / "otherparams.json").write_text(json.dumps({**json.loads(parts[1].read_text()), "setting": "0" * 16}))
+    with pytest.raises(SystemExit, match=r"otherparams.json: trained with other params than .*d1.json"):
+        asr_draws.main(["--merge", str(parts[0]), str(folder / "otherparams.json"), "--out", str(folder / "x")])
     (folder / "bad.json").write_text("{\"draws\": {}}")
     with pytest.raises(SystemExit, match="bad.json: not a result of scripts/asr_draws.py"):
         asr_draws.main(["--merge", str(folder / "bad.json"), "--out", str(folder / "x")])
@@ -186,20 +190,22 @@ def check_merge(table: dict, md: str, folder: Path) -> None:
 
 
 def test_merge_rebuilds_the_committed_tables(tmp_path: Path, capsys) -> None:
-    """reports/asr_draws_all is the merge of the two committed results; a result merged alone gives its own
+    """reports/asr_draws_all is the merge its own command line names; a result merged alone gives its own
     table but for the command line; the merged table's command line names its --out (it refuses to run
     without one)."""
     reports = REPO / "reports"
     body = lambda text: text.split("\n", 3)[3]  # noqa: E731 (after the title and the command line)
+    committed = json.loads((reports / "asr_draws_all.json").read_text())
+    argv = committed["command"].split()[2:]
+    assert argv[0] == "--merge" and argv[-2:] == ["--out", "reports/asr_draws_all"]
+    inputs = [REPO / name for name in argv[1:-2]]
+    assert len(inputs) >= 2 and all(path.is_file() for path in inputs)
     out = tmp_path / "all"
-    merged = asr_draws.main(["--merge", str(reports / "asr_draws.json"), str(reports / "asr_draws_4.json"),
-                             "--out", str(out)])
-    committed = (reports / "asr_draws_all.md").read_text(encoding="utf-8")
-    assert body(out.with_suffix(".md").read_text(encoding="utf-8")) == body(committed)
+    merged = asr_draws.main(["--merge", *map(str, inputs), "--out", str(out)])
+    assert body(out.with_suffix(".md").read_text(encoding="utf-8")) == \
+        body((reports / "asr_draws_all.md").read_text(encoding="utf-8"))
     assert merged["command"].endswith(f" --out {out}")
-    assert "asr_draws_4.json --out reports/asr_draws_all`" in committed.splitlines()[2]
-    assert json.loads(out.with_suffix(".json").read_text())["summary"] == \
-        json.loads((reports / "asr_draws_all.json").read_text())["summary"]
+    assert json.loads(out.with_suffix(".json").read_text())["summary"] == committed["summary"]
     one = tmp_path / "one"
     asr_draws.main(["--merge", str(reports / "asr_draws_4.json"), "--out", str(one)])
     assert body(one.with_suffix(".md").read_text(encoding="utf-8")) == \
@@ -211,8 +217,8 @@ def test_a_merged_result_merges_again(tmp_path: Path, capsys) -> None:
     """A merged result as an input: its sources and CPUs are carried over, not the merge command and a
     "None cores"."""
     r = json.loads((REPO / "reports" / "asr_draws_4.json").read_text())
-    other = {**r, "cpu": "Intel Xeon", "cores": 16, "command": "python scripts/asr_draws.py --asr-seeds 5",
-             "draws": {"5": r["draws"]["4"]}}
+    other = {**r, "cpu": "Intel Xeon", "cores": 16, "command": "python scripts/asr_draws.py --asr-seeds 99",
+             "draws": {"99": r["draws"]["4"]}}
     (tmp_path / "d5.json").write_text(json.dumps(other))
     first = asr_draws.main(["--merge", str(REPO / "reports" / "asr_draws_4.json"), str(tmp_path / "d5.json"),
                             "--out", str(tmp_path / "m45")])
@@ -221,10 +227,11 @@ def test_a_merged_result_merges_again(tmp_path: Path, capsys) -> None:
                             "--out", str(tmp_path / "all")])
     assert again["cpu"] == first["cpu"] and again["cores"] is None
     assert len(again["sources"]) == 3 and not any("--merge" in x or "None" in x for x in again["sources"])
-    assert list(again["draws"]) == [1, 2, 3, 4, 5]
+    assert list(again["draws"]) == [1, 2, 3, 4, 99]
     same_cpu = asr_draws.main(["--merge", str(REPO / "reports" / "asr_draws_all.json"), str(tmp_path / "d5.json"),
                                "--out", str(tmp_path / "x")])
-    assert same_cpu["cpu"] == first["cpu"] and len(same_cpu["sources"]) == 3
+    committed = json.loads((REPO / "reports" / "asr_draws_all.json").read_text())
+    assert same_cpu["cpu"] == first["cpu"] and len(same_cpu["sources"]) == len(committed["sources"]) + 1
     capsys.readouterr()
 
 
@@ -325,6 +332,14 @@ def test_draw_params_change_only_the_draw(tmp_path: Path) -> None:
     assert out == params
     with pytest.raises(SystemExit, match="no prepared data"):
         asr_draws.main(["--draws", "1", "--prepared", str(tmp_path)], runner=lambda a, c: None)
+    # the setting's digest: the same for any ASR seed, another for any other param
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    digest = asr_draws.setting_digest
+    assert digest(asr_draws.draw_params(params, 3, None)) == digest(asr_draws.draw_params(params, 4, None))
+    assert digest(asr_draws.draw_params(params, 3, None)) != digest(asr_draws.draw_params(params, 3, "none"))
+    params["train_st"]["max_updates"] += 1
+    assert digest(asr_draws.draw_params(params, 3, None)) != digest(asr_draws.draw_params(
+        yaml.safe_load((REPO / "params.yaml").read_text()), 3, None))
 
 
 def test_asr_seeds_pick_any_set_of_draws(tmp_path: Path, capsys) -> None:
