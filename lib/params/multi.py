@@ -1,11 +1,8 @@
-"""The params.yaml section of the multilingual model and its head selection (Gong et al.; docs/variants.md), an opt-in variant.
+"""The ``multi`` section of params.yaml: the multilingual model and its head selection (Gong et al.; docs/variants.md), an opt-in variant.
 
-A variant's section is parsed and checked by its own module, not by :func:`lib.params.load_params`:
-importing this module registers ``multi`` (:func:`lib.params.base.register_variant_section`), and only
-the stages that train or report this variant import it (prepare_multi, train_multi, the report, and
-scripts/repro.py, which checks every section before a run). So no other stage imports or lists (as a DVC
-dependency) this code, and an edit here reruns no baseline and no other variant. A process that has not
-imported it keeps the section as read and refuses to hand it out (:meth:`lib.params.Params.variant`)."""
+Importing this module registers the section (``register_variant_section`` at the end; why a variant's section
+lives outside load_params: lib/params/__init__.py). Importers: prepare_multi, train_multi, the report and
+scripts/repro.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
