@@ -1,4 +1,5 @@
-"""The ``multi`` section of params.yaml: the multilingual model and its head selection (Gong et al.; docs/variants.md), an opt-in variant.
+"""The ``multi`` section of params.yaml: the multilingual model and its head selection
+(Gong et al.; docs/variants.md), an opt-in variant.
 
 Importing this module registers the section (``register_variant_section`` at the end; why a variant's section
 lives outside load_params: lib/params/__init__.py). Importers: prepare_multi, train_multi, the report and

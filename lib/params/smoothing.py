@@ -1,4 +1,5 @@
-"""The ``smoothing`` section of params.yaml: attention smoothing with priors (Maekaku et al.; docs/variants.md), an opt-in variant.
+"""The ``smoothing`` section of params.yaml: attention smoothing with priors
+(Maekaku et al.; docs/variants.md), an opt-in variant.
 
 Importing this module registers the section (``register_variant_section`` at the end; why a variant's section
 lives outside load_params: lib/params/__init__.py). Importers: train_asr_smoothing, train_smoothing, the
