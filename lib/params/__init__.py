@@ -1,7 +1,7 @@
 """Load ``params.yaml`` into typed, validated objects.
 
 One typed dataclass per params.yaml section (the training sections in ``train``, the pipeline's and the
-controls' in ``sections``, the variants' in ``variants``; the parsing in ``base``), consumed directly by the library
+controls' in ``sections``, each variant's in its own module; the parsing in ``base``), consumed directly by the library
 (``TrainConfig`` by the training loop, ``AnalysisParams`` by lib/analysis, ...); :class:`Params`
 holds them all. Importing this package does not import torch (stages that need no torch stay fast).
 Validation is strict: an unknown key, a missing key or a value of the
@@ -37,6 +37,7 @@ from lib.params.base import (  # noqa: F401 (re-exported: one import path for ev
     VALUE_BIAS_MODES,
     LR_SCHEDULERS,
     FOLD_MODES,
+    run_validate,
     VARIANT_SECTIONS,
     VARIANT_PARSERS,
 )
@@ -204,14 +205,7 @@ def _validate_parsed(obj, prefix: str) -> None:
         value = getattr(obj, f.name)
         if is_dataclass(value) and not isinstance(value, type):
             _validate_parsed(value, f"{prefix}.{f.name}")
-    validate = getattr(obj, "validate", None)
-    if validate is not None:
-        try:
-            validate(prefix)
-        except ParamError:
-            raise
-        except ValueError as e:
-            raise ParamError(str(e)) from None
+    run_validate(obj, prefix)
 
 
 def _yaml_error(e: yaml.YAMLError) -> str:

@@ -107,6 +107,12 @@ def _from_dict(cls: type[T], data: Any, prefix: str) -> T:
                 getattr(cls, "ALL_KEYS_REQUIRED", False):
             raise ParamError(f"{key}: missing")
     obj = cls(**kwargs)
+    run_validate(obj, prefix)
+    return obj
+
+
+def run_validate(obj: Any, prefix: str) -> None:
+    """``obj.validate(prefix)`` when the section has one, a ValueError raised there as a ParamError."""
     validate = getattr(obj, "validate", None)
     if validate is not None:
         try:
@@ -115,7 +121,6 @@ def _from_dict(cls: type[T], data: Any, prefix: str) -> T:
             raise
         except ValueError as e:
             raise ParamError(str(e)) from None
-    return obj
 
 
 #: The top-level sections that a variant's own module parses, not load_params: section -> that module.
