@@ -37,7 +37,7 @@ def pytest_configure(config) -> None:
 # tests/test_pipeline.py builds (tests/dvc_repo.py), go last, so that the other worker runs the short files
 # while it is built instead of waiting for it.
 FIRST = ("tests/test_pipeline.py", "tests/test_paper_profile.py")
-LAST = ("tests/test_pipeline_experiments.py", "tests/test_pipeline_variants.py")
+LAST = ("tests/test_pipeline_experiments.py", "tests/test_pipeline_variants.py", "tests/test_pipeline_processes.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
