@@ -34,12 +34,27 @@ def pytest_configure(config) -> None:
 # Under pytest-xdist's --dist loadfile each file runs whole on one worker, in collection order (pyproject.toml
 # turns xdist's own reordering by test count off). The files that build a tiny pipeline (minutes on one core)
 # go first, so that they start at once; the files that copy the session's tiny repository, which
-# tests/test_pipeline.py builds (tests/dvc_repo.py), go last, so that the other worker runs the short files
-# while it is built instead of waiting for it.
+# tests/test_pipeline.py builds (tests/dvc_repo.py), come after most short files, so that the other worker
+# runs those while it is built instead of waiting for it; and the files of two folders of short files (about
+# three minutes in all) come last, to fill whichever worker is free while the long files end. (xdist hands a
+# worker its next file as soon as its current one has two tests left, so with the long files last one
+# worker could take two of them and the other none.)
 FIRST = ("tests/test_pipeline.py", "tests/test_paper_profile.py")
-LAST = ("tests/test_pipeline_experiments.py", "tests/test_pipeline_variants.py", "tests/test_pipeline_processes.py")
+LAST = ("tests/test_pipeline_variants.py", "tests/test_pipeline_experiments.py", "tests/test_pipeline_processes.py")
+FILLER = ("tests/train/", "tests/scripts/")  # in this order: the train folder has the longer files
+
+
+def _place(nodeid: str) -> int:
+    path = nodeid.split("::")[0]
+    if path in FIRST:
+        return FIRST.index(path)
+    if path in LAST:
+        return len(FIRST) + 1 + LAST.index(path)
+    for i, folder in enumerate(FILLER):
+        if path.startswith(folder):
+            return len(FIRST) + 1 + len(LAST) + i
+    return len(FIRST)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    order = {name: i for i, name in enumerate(FIRST)} | {name: len(FIRST) + 1 + i for i, name in enumerate(LAST)}
-    items.sort(key=lambda item: order.get(item.nodeid.split("::")[0], len(FIRST)))  # stable: the rest keep their order
+    items.sort(key=lambda item: _place(item.nodeid))  # stable: the files within a place keep their order
