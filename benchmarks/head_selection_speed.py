@@ -143,7 +143,7 @@ def main() -> None:
         print(f"  H' = {c}: FLOPs {'equal' if r['encoder_eval_flops'] == ref['encoder_eval_flops'] else 'DIFFER'} "
               f"({r['encoder_eval_flops']:,} vs {ref['encoder_eval_flops']:,}), time "
               f"{r['encoder_eval_ms'] / ref['encoder_eval_ms']:.3f}x")
-    shared, wide = rows["shared"], rows[f"shared, {2 * H} heads"]
+    shared = rows["shared"]
     print(f"decoding (beam 5) relative to the shared H = {H} model: " + ", ".join(
         f"{k} {shared['beam5_sent_per_s'] / v['beam5_sent_per_s']:.3f}x the time" for k, v in rows.items()
         if k != "shared"))

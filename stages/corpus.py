@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from _common import ROOT, run_stage, stage_params
+from _common import run_stage, stage_params
 
 from lib.corpus.demo import write_pair
 from lib.pool import WorkerDied

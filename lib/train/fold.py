@@ -6,6 +6,7 @@ ties them together with the out-of-memory fallback. Split from lib/train/loop.py
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 from typing import Any, Callable
 
@@ -189,7 +190,7 @@ def _forward_backward(net: nn.Module, steps: list[Batch], tokens: torch.Tensor, 
     pending = []
     for b, cpu_batch in enumerate(steps):
         sync = b == len(steps) - 1 or world == 1
-        ctx = net.no_sync() if (world > 1 and not sync) else _nullcontext()
+        ctx = net.no_sync() if (world > 1 and not sync) else contextlib.nullcontext()
         folding.before_batch()
         batch = cpu_batch.to(device)
         with ctx, autocast(device, amp):
@@ -236,11 +237,3 @@ def _set_rng_state(device: torch.device, state: tuple[torch.Tensor, torch.Tensor
     torch.set_rng_state(state[0])
     if state[1] is not None:
         torch.cuda.set_rng_state(state[1], device)
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

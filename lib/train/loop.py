@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -520,8 +519,3 @@ def train(model: nn.Module, cfg: TrainConfig, train_ds: SpeechDataset, dev_ds: S
                                                "updates": [int(p.stem.split("_")[1]) for p in snaps]})
     return {"updates": st.update, "epochs_started": st.epoch + 1, "best": st.best, "history": st.history,
             "fingerprint": resume.fingerprint}
-
-
-def clear_run(out_dir: Path) -> None:
-    """Remove a run's checkpoints (used by tests and by users who want a fresh start)."""
-    shutil.rmtree(Path(out_dir) / "checkpoints", ignore_errors=True)
